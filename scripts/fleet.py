@@ -1,0 +1,129 @@
+"""Starting and stopping the fleet's processes on one machine (workers, gateway, nginx): used by
+`make run`, the tests and the benchmarks. Each process runs in its own process group, is waited
+for until its readiness URL answers 200, and is stopped with SIGTERM (then SIGKILL)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def port_is_taken(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def http_status(url: str, timeout: float = 2.0) -> int | None:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except (OSError, urllib.error.URLError):
+        return None
+
+
+@dataclass
+class ManagedProcess:
+    name: str
+    cmd: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    ready_url: str | None = None
+    log_path: Path | None = None
+    process: subprocess.Popen | None = None
+
+    def start(self) -> "ManagedProcess":
+        env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **self.env}
+        stdout = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        self.process = subprocess.Popen(self.cmd, cwd=REPO_ROOT, env=env, stdout=stdout,
+                                        stderr=subprocess.STDOUT, start_new_session=True)
+        if self.log_path:
+            stdout.close()
+        return self
+
+    def wait_ready(self, timeout: float = 120.0) -> "ManagedProcess":
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with code {self.process.returncode}"
+                                   + (f"; see {self.log_path}" if self.log_path else ""))
+            if self.ready_url is None or http_status(self.ready_url) == 200:
+                return self
+            time.sleep(0.1)
+        raise TimeoutError(f"{self.name} not ready at {self.ready_url} within {timeout:.0f} s")
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def signal_group(self, sig: int) -> None:
+        if self.alive():
+            try:
+                os.killpg(self.process.pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def stop(self, timeout: float = 15.0) -> int | None:
+        if self.process is None:
+            return None
+        self.signal_group(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.signal_group(signal.SIGKILL)
+            return self.process.wait(5)
+
+
+def worker_process(port: int, env: dict[str, str] | None = None,
+                   log_path: Path | None = None) -> ManagedProcess:
+    return ManagedProcess(
+        name=f"worker:{port}",
+        cmd=[str(BIN / "gunicorn"), "-c", "services/ocr_worker/gunicorn.conf.py",
+             "services.ocr_worker.wsgi:app"],
+        env={"PORT": str(port), "HOST": "127.0.0.1", **(env or {})},
+        ready_url=f"http://127.0.0.1:{port}/readyz",
+        log_path=log_path,
+    )
+
+
+def gateway_process(port: int, env: dict[str, str] | None = None,
+                    log_path: Path | None = None) -> ManagedProcess:
+    return ManagedProcess(
+        name=f"gateway:{port}",
+        cmd=[str(BIN / "gunicorn"), "-c", "gateway/gunicorn.conf.py", "gateway.wsgi:app"],
+        env={"PORT": str(port), "HOST": "127.0.0.1", **(env or {})},
+        ready_url=f"http://127.0.0.1:{port}/readyz",
+        log_path=log_path,
+    )
+
+
+def stop_all(processes: list[ManagedProcess]) -> None:
+    for process in reversed(processes):
+        process.signal_group(signal.SIGTERM)
+    for process in reversed(processes):
+        process.stop()

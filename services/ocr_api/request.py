@@ -1,0 +1,274 @@
+"""Parsing and validating a PaddleX-serving `/ocr` request into an `OcrRequest`: the file's bytes
+and kind, the pipeline parameters (validated, snake_case for PaddleOCR), `visualize`, `logId`
+and our extension `pageRange`. Pure: works on dicts and bytes handed over by the web layer."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from .envelope import new_log_id, usable_log_id
+from .errors import ApiError, bad_request, too_large, unprocessable
+from .sniff import KIND_IMAGE, KIND_PDF, describe_kind, sniff_kind
+
+FILE_TYPE_PDF = 0
+FILE_TYPE_IMAGE = 1
+
+_DATA_URI_RE = re.compile(r"^data:[\w.+/-]*;base64,", re.IGNORECASE)
+_WHITESPACE = re.compile(r"\s+")
+
+
+def _boolean(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise unprocessable(f"{name} must be true or false, got {json.dumps(value)}")
+
+
+def _number_between(low: float, high: float, *, low_open: bool = False, integer: bool = False):
+    def check(name: str, value: Any):
+        is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if integer and not (isinstance(value, int) and not isinstance(value, bool)):
+            raise unprocessable(f"{name} must be an integer, got {json.dumps(value)}")
+        if not is_number or not math.isfinite(value):
+            raise unprocessable(f"{name} must be a number, got {json.dumps(value)}")
+        too_low = value <= low if low_open else value < low
+        if too_low or value > high:
+            bracket = "(" if low_open else "["
+            raise unprocessable(f"{name} must be in {bracket}{low}, {high}], got {value}")
+        return value
+    return check
+
+
+def _one_of(*choices: str):
+    def check(name: str, value: Any):
+        if value not in choices:
+            raise unprocessable(f"{name} must be one of {', '.join(map(json.dumps, choices))}, "
+                                f"got {json.dumps(value)}")
+        return value
+    return check
+
+
+# PaddleX's optional /ocr fields -> (PaddleOCR.predict keyword, validator)
+PIPELINE_PARAMS: dict[str, tuple[str, Callable[[str, Any], Any]]] = {
+    "useDocOrientationClassify": ("use_doc_orientation_classify", _boolean),
+    "useDocUnwarping": ("use_doc_unwarping", _boolean),
+    "useTextlineOrientation": ("use_textline_orientation", _boolean),
+    "textDetLimitSideLen": ("text_det_limit_side_len", _number_between(1, 8192, integer=True)),
+    "textDetLimitType": ("text_det_limit_type", _one_of("min", "max")),
+    "textDetThresh": ("text_det_thresh", _number_between(0, 1, low_open=True)),
+    "textDetBoxThresh": ("text_det_box_thresh", _number_between(0, 1, low_open=True)),
+    "textDetUnclipRatio": ("text_det_unclip_ratio", _number_between(0, 10, low_open=True)),
+    "textRecScoreThresh": ("text_rec_score_thresh", _number_between(0, 1)),
+    "returnWordBox": ("return_word_box", _boolean),
+}
+
+
+@dataclass
+class OcrRequest:
+    """One validated /ocr request."""
+
+    log_id: str
+    file_bytes: bytes
+    kind: str  # KIND_PDF or KIND_IMAGE
+    pipeline_params: dict[str, Any] = field(default_factory=dict)  # snake_case, only set ones
+    api_params: dict[str, Any] = field(default_factory=dict)  # camelCase, as the caller sent
+    visualize: bool | None = None
+    page_range: str | None = None
+
+    def forward_body(self, file_bytes: bytes, kind: str, page_range: str | None = None) -> dict:
+        """A PaddleX-shaped JSON body carrying these parameters for other file bytes (the
+        gateway forwards each page this way)."""
+        body: dict[str, Any] = {
+            "file": base64.b64encode(file_bytes).decode("ascii"),
+            "fileType": FILE_TYPE_PDF if kind == KIND_PDF else FILE_TYPE_IMAGE,
+            "logId": self.log_id,
+            **self.api_params,
+        }
+        if self.visualize is not None:
+            body["visualize"] = self.visualize
+        if page_range is not None:
+            body["pageRange"] = page_range
+        return body
+
+
+def parse_json_body(raw: bytes) -> dict[str, Any]:
+    """The request body as a JSON object, or a 400/422 saying what is wrong with it."""
+    if not raw:
+        raise bad_request("The request body is empty: send a JSON object with a base64 'file' "
+                          "field, or multipart/form-data with a 'file' part")
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise bad_request(f"The request body is not valid JSON ({exc}); send a JSON object "
+                          "with a base64 'file' field") from None
+    if not isinstance(body, dict):
+        raise unprocessable(f"The request body must be a JSON object, got {type(body).__name__}")
+    return body
+
+
+def form_fields_to_json(form: Mapping[str, str]) -> dict[str, Any]:
+    """multipart/form-data values are strings; read each as JSON where it parses
+    ("0" -> 0, "true" -> true, "0.3" -> 0.3) so both transports share one validator."""
+    fields: dict[str, Any] = {}
+    for name, text in form.items():
+        if name in ("logId", "pageRange", "textDetLimitType"):
+            fields[name] = text
+            continue
+        try:
+            fields[name] = json.loads(text)
+        except ValueError:
+            fields[name] = text
+    return fields
+
+
+def decode_base64_file(text: str, max_bytes: int) -> bytes:
+    text = _DATA_URI_RE.sub("", text, count=1)
+    text = _WHITESPACE.sub("", text)
+    if not text:
+        raise unprocessable("'file' is empty: send the file's bytes base64-encoded")
+    if len(text) // 4 * 3 > max_bytes + 3:
+        raise too_large(f"The file is larger than the {max_bytes}-byte limit of this server")
+    try:
+        data = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise unprocessable("'file' is not valid base64: send the file's bytes base64-encoded "
+                            "(standard alphabet, padded), or a multipart 'file' part") from None
+    if len(data) > max_bytes:
+        raise too_large(f"The file is {len(data)} bytes, over this server's {max_bytes}-byte limit")
+    if not data:
+        raise unprocessable("'file' decodes to zero bytes")
+    return data
+
+
+def is_url(text: str) -> bool:
+    return text[:8].lower().startswith(("http://", "https://"))
+
+
+def parse_ocr_request(fields: Mapping[str, Any], *, max_bytes: int,
+                      file_bytes: bytes | None = None,
+                      fetch_url: Callable[[str], bytes] | None = None) -> OcrRequest:
+    """Validate an /ocr request given as JSON fields (file as base64 or URL) or as form fields
+    plus uploaded `file_bytes`. `fetch_url` is None when URL input is disabled."""
+    log_id = usable_log_id(fields.get("logId")) or new_log_id()
+    try:
+        return _parse(fields, log_id, max_bytes, file_bytes, fetch_url)
+    except ApiError as exc:
+        exc.log_id = log_id  # type: ignore[attr-defined]
+        raise
+
+
+def _parse(fields, log_id, max_bytes, file_bytes, fetch_url) -> OcrRequest:
+    if file_bytes is None:
+        file_bytes = _file_bytes_from_field(fields, max_bytes, fetch_url)
+    elif not file_bytes:
+        raise unprocessable("The uploaded 'file' part is empty")
+    elif len(file_bytes) > max_bytes:
+        raise too_large(f"The file is {len(file_bytes)} bytes, over this server's "
+                        f"{max_bytes}-byte limit")
+
+    kind = _resolve_kind(fields.get("fileType"), file_bytes)
+
+    pipeline_params: dict[str, Any] = {}
+    api_params: dict[str, Any] = {}
+    for api_name, (kwarg, validate) in PIPELINE_PARAMS.items():
+        value = fields.get(api_name)
+        if value is None:
+            continue
+        pipeline_params[kwarg] = validate(api_name, value)
+        api_params[api_name] = value
+
+    visualize = fields.get("visualize")
+    if visualize is not None:
+        visualize = _boolean("visualize", visualize)
+
+    page_range = fields.get("pageRange")
+    if page_range is not None:
+        if isinstance(page_range, int) and not isinstance(page_range, bool):
+            page_range = str(page_range)
+        if not isinstance(page_range, str):
+            raise unprocessable("pageRange must be a string such as \"1-3,7\" (1-based pages)")
+        validate_page_range_syntax(page_range)
+
+    return OcrRequest(log_id=log_id, file_bytes=file_bytes, kind=kind,
+                      pipeline_params=pipeline_params, api_params=api_params,
+                      visualize=visualize, page_range=page_range)
+
+
+def _file_bytes_from_field(fields, max_bytes, fetch_url) -> bytes:
+    if "file" not in fields or fields["file"] is None:
+        raise unprocessable("'file' is required: the base64 of an image or PDF")
+    text = fields["file"]
+    if not isinstance(text, str):
+        raise unprocessable(f"'file' must be a string (base64 of an image or PDF), "
+                            f"got {type(text).__name__}")
+    if is_url(text):
+        if fetch_url is None:
+            raise unprocessable("URL input is disabled on this server: send the file's bytes "
+                                "base64-encoded in 'file', or upload it as multipart/form-data")
+        return fetch_url(text)
+    return decode_base64_file(text, max_bytes)
+
+
+def _resolve_kind(file_type: Any, data: bytes) -> str:
+    if file_type is not None and (isinstance(file_type, bool) or file_type not in (0, 1)):
+        raise unprocessable(f"fileType must be 0 (PDF), 1 (image) or null (detect), "
+                            f"got {json.dumps(file_type)}")
+    sniffed = sniff_kind(data)
+    if sniffed is None:
+        raise unprocessable("The file is neither a PDF nor a supported image (PNG, JPEG, BMP, "
+                            "TIFF, WebP): check that 'file' holds the document's bytes")
+    if file_type is not None:
+        declared = KIND_PDF if file_type == FILE_TYPE_PDF else KIND_IMAGE
+        if declared != sniffed:
+            raise unprocessable(f"fileType is {file_type} ({describe_kind(declared)}) but the "
+                                f"file is {describe_kind(sniffed)}: send fileType "
+                                f"{FILE_TYPE_PDF if sniffed == KIND_PDF else FILE_TYPE_IMAGE} "
+                                "or null")
+    return sniffed
+
+
+_RANGE_PART = re.compile(r"^\s*(\d+)?\s*(-\s*(\d+)?)?\s*$")
+
+
+def validate_page_range_syntax(spec: str) -> None:
+    _parse_page_range(spec)
+
+
+def _parse_page_range(spec: str) -> list[tuple[int, int | None]]:
+    parts = [p for p in spec.split(",")]
+    spans: list[tuple[int, int | None]] = []
+    for part in parts:
+        match = _RANGE_PART.match(part)
+        if not part.strip() or not match or (match.group(1) is None and match.group(2) is None):
+            raise unprocessable(f"pageRange {spec!r} is not a list of 1-based pages or ranges "
+                                "such as \"1-3,7,10-\"")
+        first = int(match.group(1)) if match.group(1) else 1
+        if match.group(2):
+            last = int(match.group(3)) if match.group(3) else None
+        else:
+            last = first
+        if first < 1 or (last is not None and last < first):
+            raise unprocessable(f"pageRange {spec!r}: pages are numbered from 1 and a range "
+                                "must not run backwards")
+        spans.append((first, last))
+    return spans
+
+
+def resolve_page_range(spec: str | None, num_pages: int) -> list[int]:
+    """0-based page indices selected by `spec` (all pages when None), in ascending order
+    without duplicates; 422 when a page lies beyond the document."""
+    if spec is None:
+        return list(range(num_pages))
+    selected: set[int] = set()
+    for first, last in _parse_page_range(spec):
+        last = num_pages if last is None else last
+        if first > num_pages or last > num_pages:
+            raise unprocessable(f"pageRange {spec!r} asks for page {max(first, last)} but the "
+                                f"document has {num_pages} page(s)")
+        selected.update(range(first - 1, last))
+    return sorted(selected)

@@ -1,0 +1,1 @@
+"""The OCR worker: one PaddleOCR engine per process behind a PaddleX-compatible /ocr API."""

@@ -1,0 +1,165 @@
+"""The single inference thread and the bounded page queue in front of it.
+
+Request threads `submit()` pages (blocking briefly when the queue is full: that is back-pressure
+from an admitted request, bounded by the admission limit) and get a Future per page. The one
+inference thread loads the engine, warms it up, then takes pages in arrival order, grouping up
+to `max_batch` pages with identical parameters that arrive within `batch_wait_s`."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from .engine import Engine, PageOutput
+
+log = logging.getLogger("ocr_worker.batcher")
+
+_STOP = object()
+
+
+@dataclass
+class PageJob:
+    image: np.ndarray
+    params: dict[str, Any]
+    future: Future = field(default_factory=Future)
+    enqueued_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def params_key(self) -> tuple:
+        return tuple(sorted(self.params.items()))
+
+
+class EngineNotReady(RuntimeError):
+    pass
+
+
+class InferenceBatcher:
+    def __init__(self, engine: Engine, *, queue_pages: int, max_batch: int,
+                 batch_wait_s: float, warmup: bool,
+                 observe: Callable[[str, Any], None] | None = None):
+        self.engine = engine
+        self.max_batch = max_batch
+        self.batch_wait_s = batch_wait_s
+        self.warmup = warmup
+        self._queue: queue.Queue = queue.Queue(maxsize=queue_pages)
+        self._observe = observe or (lambda event, value: None)
+        self._thread = threading.Thread(target=self._run, name="inference", daemon=True)
+        self._held_back: PageJob | None = None
+        self.ready = threading.Event()
+        self.load_error: str | None = None
+        self.load_seconds: float | None = None
+
+    # ---- request-thread side -------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def submit(self, image: np.ndarray, params: dict[str, Any]) -> Future:
+        if not self.ready.is_set():
+            raise EngineNotReady(self.load_error or "the model is still loading")
+        job = PageJob(image=image, params=params)
+        self._queue.put(job)
+        self._observe("enqueued", self._queue.qsize())
+        return job.future
+
+    def depth(self) -> int:
+        return self._queue.qsize()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Finish the pages already queued, then end the inference thread."""
+        self._queue.put(_STOP)
+        self._thread.join(timeout)
+
+    # ---- inference-thread side -----------------------------------------------------------
+    def _run(self) -> None:
+        started = time.monotonic()
+        try:
+            self.engine.load()
+            if self.warmup:
+                self._warm_up()
+        except Exception as exc:  # a broken model must show in /readyz, not kill the process
+            log.exception("engine failed to load")
+            self.load_error = f"the model failed to load: {exc}"
+            return
+        self.load_seconds = time.monotonic() - started
+        self._observe("loaded", self.load_seconds)
+        self.ready.set()
+        while True:
+            batch = self._next_batch()
+            if batch is None:
+                return
+            self._infer(batch)
+
+    def _warm_up(self) -> None:
+        import cv2
+
+        canvas = np.full((96, 480, 3), 255, np.uint8)
+        cv2.putText(canvas, "warm up 0123", (8, 64), cv2.FONT_HERSHEY_SIMPLEX, 1.4, (0, 0, 0), 3)
+        self.engine.predict([canvas], {})
+
+    def _next_batch(self) -> list[PageJob] | None:
+        first = self._held_back
+        self._held_back = None
+        if first is None:
+            first = self._queue.get()
+            if first is _STOP:
+                return None
+        batch = [first]
+        deadline = time.monotonic() + self.batch_wait_s
+        while len(batch) < self.max_batch:
+            remaining = deadline - time.monotonic()
+            try:
+                job = self._queue.get(timeout=remaining) if remaining > 0 else \
+                    self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if job is _STOP:
+                self._queue.put(_STOP)  # seen again after this batch
+                break
+            if job.params_key != first.params_key:
+                self._held_back = job
+                break
+            batch.append(job)
+        self._observe("dequeued", self._queue.qsize())
+        return batch
+
+    def _infer(self, batch: list[PageJob]) -> None:
+        live = [job for job in batch if job.future.set_running_or_notify_cancel()]
+        if not live:
+            return
+        now = time.monotonic()
+        for job in live:
+            self._observe("queue_wait", now - job.enqueued_at)
+        try:
+            outputs = self._predict(live)
+        except Exception as exc:
+            if len(live) > 1:  # isolate the page that breaks the batch
+                for job in live:
+                    self._infer_one_of_failed_batch(job)
+                return
+            log.exception("inference failed")
+            live[0].future.set_exception(exc)
+            return
+        for job, output in zip(live, outputs):
+            job.future.set_result(output)
+
+    def _infer_one_of_failed_batch(self, job: PageJob) -> None:
+        try:
+            job.future.set_result(self._predict([job])[0])
+        except Exception as exc:
+            log.exception("inference failed")
+            job.future.set_exception(exc)
+
+    def _predict(self, jobs: list[PageJob]) -> list[PageOutput]:
+        started = time.monotonic()
+        outputs = self.engine.predict([job.image for job in jobs], jobs[0].params)
+        self._observe("inference", (time.monotonic() - started, len(jobs)))
+        if len(outputs) != len(jobs):
+            raise RuntimeError(f"engine returned {len(outputs)} results for {len(jobs)} pages")
+        return outputs

@@ -1,0 +1,112 @@
+"""WorkerConfig: every setting of the OCR worker, read once from the environment and validated
+(the README's configuration table lists the same variables)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from services.ocr_api.settings import ConfigError, Env
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+ENGINES = ("paddleocr", "sim")
+BACKENDS = ("onnxruntime", "paddle")
+MODEL_SIZES = ("tiny", "small")
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    engine: str = "paddleocr"
+    backend: str = "onnxruntime"
+    device: str = "cpu"
+    model_size: str = "tiny"
+    model_dir: str = str(REPO_ROOT / "models")
+    det_model_name: str | None = None
+    det_model_dir: str | None = None
+    rec_model_name: str | None = None
+    rec_model_dir: str | None = None
+    threads: int = 1
+    vis_font: str | None = None
+    cache_dir: str = str(Path.home() / ".cache" / "ocrfleet" / "paddlex")
+
+    pdf_dpi: float = 144.0
+    max_bytes: int = 64 * 1024 * 1024
+    max_pages: int = 1000
+    max_pixels: int = 50_000_000
+
+    queue_size: int = 32
+    page_buffer: int = 4
+    max_batch: int = 1
+    batch_wait_ms: float = 0.0
+    retry_after_s: int = 1
+    request_timeout_s: float = 600.0
+    warmup: bool = True
+
+    allow_url_input: bool = False
+    url_timeout_s: float = 20.0
+
+    sim_page_ms: float = 200.0
+    sim_jitter_ms: float = 0.0
+
+    log_level: str = "INFO"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "WorkerConfig":
+        env = Env(environ)
+        defaults = cls()
+        config = cls(
+            engine=env.choice("OCR_ENGINE", defaults.engine, ENGINES),
+            backend=env.choice("OCR_BACKEND", defaults.backend, BACKENDS),
+            device=env.str("OCR_DEVICE", defaults.device),
+            model_size=env.choice("OCR_MODEL_SIZE", defaults.model_size, MODEL_SIZES),
+            model_dir=env.str("OCR_MODEL_DIR", defaults.model_dir),
+            det_model_name=env.optional_str("OCR_DET_MODEL_NAME"),
+            det_model_dir=env.optional_str("OCR_DET_MODEL_DIR"),
+            rec_model_name=env.optional_str("OCR_REC_MODEL_NAME"),
+            rec_model_dir=env.optional_str("OCR_REC_MODEL_DIR"),
+            threads=env.int("OCR_THREADS", defaults.threads, 1, 256),
+            vis_font=env.optional_str("OCR_VIS_FONT") or _first_existing(_CJK_FONTS),
+            cache_dir=env.str("OCR_CACHE_DIR", defaults.cache_dir),
+            pdf_dpi=env.float("OCR_PDF_DPI", defaults.pdf_dpi, 36, 600),
+            max_bytes=env.int("OCR_MAX_BYTES", defaults.max_bytes, 1024),
+            max_pages=env.int("OCR_MAX_PAGES", defaults.max_pages, 1),
+            max_pixels=env.int("OCR_MAX_PIXELS", defaults.max_pixels, 10_000),
+            queue_size=env.int("OCR_QUEUE_SIZE", defaults.queue_size, 1),
+            page_buffer=env.int("OCR_PAGE_BUFFER", defaults.page_buffer, 1),
+            max_batch=env.int("OCR_MAX_BATCH", defaults.max_batch, 1, 64),
+            batch_wait_ms=env.float("OCR_BATCH_WAIT_MS", defaults.batch_wait_ms, 0, 1000),
+            retry_after_s=env.int("OCR_RETRY_AFTER_S", defaults.retry_after_s, 1),
+            request_timeout_s=env.float("OCR_REQUEST_TIMEOUT_S", defaults.request_timeout_s, 1),
+            warmup=env.bool("OCR_WARMUP", defaults.warmup),
+            allow_url_input=env.bool("OCR_ALLOW_URL_INPUT", defaults.allow_url_input),
+            url_timeout_s=env.float("OCR_URL_TIMEOUT_S", defaults.url_timeout_s, 1),
+            sim_page_ms=env.float("OCR_SIM_PAGE_MS", defaults.sim_page_ms, 0),
+            sim_jitter_ms=env.float("OCR_SIM_JITTER_MS", defaults.sim_jitter_ms, 0),
+            log_level=env.choice("OCR_LOG_LEVEL", defaults.log_level,
+                                 ("DEBUG", "INFO", "WARNING", "ERROR")),
+        )
+        if config.device != "cpu" and not config.device.startswith("gpu"):
+            raise ConfigError(f"OCR_DEVICE={config.device!r}: expected cpu or gpu:N")
+        return config
+
+    def model_paths(self) -> tuple[str, str, str, str]:
+        """(det name, det dir, rec name, rec dir): explicit overrides, else the PP-OCRv6
+        directories `make models` lays out under model_dir."""
+        det_name = self.det_model_name or f"PP-OCRv6_{self.model_size}_det"
+        rec_name = self.rec_model_name or f"PP-OCRv6_{self.model_size}_rec"
+        det_dir = self.det_model_dir or os.path.join(self.model_dir, det_name)
+        rec_dir = self.rec_model_dir or os.path.join(self.model_dir, rec_name)
+        return det_name, det_dir, rec_name, rec_dir
+
+
+_CJK_FONTS = (
+    "/usr/share/fonts/truetype/wqy/wqy-zenhei.ttc",
+    "/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc",
+)
+
+
+def _first_existing(paths) -> str | None:
+    return next((p for p in paths if os.path.isfile(p)), None)

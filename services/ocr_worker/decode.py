@@ -1,0 +1,177 @@
+"""Turning a validated request's bytes into page images: images decoded with OpenCV after a
+header check (size, pixel budget, integrity), PDFs opened with pypdfium2 and rendered one page
+at a time at the configured DPI. Every failure is an ApiError with a message a caller can act on.
+
+pdfium is not thread-safe, so every pdfium call holds PDFIUM_LOCK."""
+
+from __future__ import annotations
+
+import io
+import math
+import threading
+import warnings
+from dataclasses import dataclass
+from typing import Iterator
+
+import cv2
+import numpy as np
+import pypdfium2 as pdfium
+from PIL import Image
+
+from services.ocr_api.errors import too_large, unprocessable
+from services.ocr_api.request import OcrRequest, resolve_page_range
+from services.ocr_api.sniff import KIND_PDF
+
+PDFIUM_LOCK = threading.Lock()
+
+# We check pixel counts ourselves, against the configured limit.
+Image.MAX_IMAGE_PIXELS = None
+
+
+@dataclass(frozen=True)
+class DecodeLimits:
+    max_pages: int
+    max_pixels: int
+    pdf_dpi: float
+
+
+class Document:
+    """The selected pages of one input, rendered lazily in page order."""
+
+    kind: str
+    total_pages: int
+    page_indices: list[int]
+
+    def pages(self) -> Iterator[np.ndarray]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class ImageDocument(Document):
+    def __init__(self, image: np.ndarray):
+        self.kind = "image"
+        self.total_pages = 1
+        self.page_indices = [0]
+        self._image = image
+
+    def pages(self) -> Iterator[np.ndarray]:
+        yield self._image
+
+
+class PdfDocument(Document):
+    def __init__(self, pdf: pdfium.PdfDocument, page_indices: list[int], total_pages: int,
+                 limits: DecodeLimits):
+        self.kind = KIND_PDF
+        self.total_pages = total_pages
+        self.page_indices = page_indices
+        self._pdf = pdf
+        self._limits = limits
+
+    def pages(self) -> Iterator[np.ndarray]:
+        for index in self.page_indices:
+            yield self._render(index)
+
+    def _render(self, index: int) -> np.ndarray:
+        with PDFIUM_LOCK:
+            page = self._pdf[index]
+            try:
+                width_pt, height_pt = page.get_size()
+                scale = render_scale(width_pt, height_pt, index, self._limits)
+                bitmap = page.render(scale=scale)
+                try:
+                    image = bitmap.to_numpy().copy()
+                finally:
+                    bitmap.close()
+            except pdfium.PdfiumError as exc:
+                raise unprocessable(f"Page {index + 1} of the PDF cannot be rendered ({exc}): "
+                                    "the file is damaged") from None
+            finally:
+                page.close()
+        if image.ndim == 3 and image.shape[2] == 4:
+            image = cv2.cvtColor(image, cv2.COLOR_BGRA2BGR)
+        elif image.ndim == 2:
+            image = cv2.cvtColor(image, cv2.COLOR_GRAY2BGR)
+        return image
+
+    def close(self) -> None:
+        with PDFIUM_LOCK:
+            self._pdf.close()
+
+
+def render_scale(width_pt: float, height_pt: float, index: int, limits: DecodeLimits) -> float:
+    """The configured DPI as a pdfium scale, lowered (as PaddleX does) so that a page stays
+    within the pixel budget; 422 for a page with no area."""
+    if not (width_pt > 0 and height_pt > 0) or not math.isfinite(width_pt * height_pt):
+        raise unprocessable(f"Page {index + 1} of the PDF has an invalid size "
+                            f"({width_pt} x {height_pt} pt)")
+    scale = limits.pdf_dpi / 72.0
+    while math.ceil(width_pt * scale) * math.ceil(height_pt * scale) > limits.max_pixels:
+        scale = min(scale * 0.99, math.sqrt(limits.max_pixels / (width_pt * height_pt)))
+    if scale < 0.05:
+        raise unprocessable(f"Page {index + 1} of the PDF is too large to render within "
+                            f"{limits.max_pixels} pixels")
+    return scale
+
+
+def open_document(request: OcrRequest, limits: DecodeLimits) -> Document:
+    if request.kind == KIND_PDF:
+        return _open_pdf(request, limits)
+    resolve_page_range(request.page_range, 1)
+    return ImageDocument(decode_image(request.file_bytes, limits.max_pixels))
+
+
+def decode_image(data: bytes, max_pixels: int) -> np.ndarray:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            with Image.open(io.BytesIO(data)) as header:
+                width, height = header.size
+                if width <= 0 or height <= 0:
+                    raise unprocessable("The image has no pixels")
+                if width * height > max_pixels:
+                    raise unprocessable(
+                        f"The image is {width} x {height} = {width * height} pixels, over this "
+                        f"server's limit of {max_pixels}: downscale it or split it")
+                header.load()  # full decode: catches truncated and corrupt files
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
+        raise unprocessable(f"The image cannot be decoded ({exc}): the file is truncated or "
+                            "corrupt") from None
+    image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    if image is None:
+        raise unprocessable("The image cannot be decoded: the file is truncated, corrupt or in "
+                            "an unsupported format")
+    return image
+
+
+def _open_pdf(request: OcrRequest, limits: DecodeLimits) -> PdfDocument:
+    with PDFIUM_LOCK:
+        try:
+            pdf = pdfium.PdfDocument(request.file_bytes)
+        except pdfium.PdfiumError as exc:
+            text = str(exc)
+            if "password" in text.lower():
+                raise unprocessable("The PDF is encrypted with a password: send an unencrypted "
+                                    "copy") from None
+            raise unprocessable(f"The file is not a readable PDF ({text}): it is truncated or "
+                                "damaged") from None
+        try:
+            total = len(pdf)
+            pdf.init_forms()
+        except Exception:
+            pdf.close()
+            raise
+    try:
+        if total == 0:
+            raise unprocessable("The PDF has no pages")
+        indices = resolve_page_range(request.page_range, total)
+        if len(indices) > limits.max_pages:
+            raise too_large(
+                f"The request selects {len(indices)} PDF pages, over this server's limit of "
+                f"{limits.max_pages}: send fewer pages (pageRange) or split the document")
+    except Exception:
+        with PDFIUM_LOCK:
+            pdf.close()
+        raise
+    return PdfDocument(pdf, indices, total, limits)

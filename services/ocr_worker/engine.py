@@ -1,0 +1,195 @@
+"""OCR engines behind one small protocol: the real PaddleOCR pipeline (the only code that imports
+paddleocr) and `sim`, a stand-in with a fixed per-page service time for fleet benchmarks.
+
+An engine is created and called by exactly one thread (the batcher's inference thread):
+PaddleOCR pipelines are not thread-safe."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import time
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from .config import WorkerConfig
+
+
+class PageOutput(Protocol):
+    """One page's engine output; converted to JSON by the request thread, not the engine's."""
+
+    def result_json(self) -> dict[str, Any]: ...
+
+    def visual_image(self) -> np.ndarray | None: ...
+
+
+class Engine(Protocol):
+    info: dict[str, str]
+
+    def load(self) -> None: ...
+
+    def unsupported(self, params: dict[str, Any], visualize: bool) -> str | None:
+        """Why these pipeline parameters (or visualization) cannot be served here, or None."""
+
+    def predict(self, images: list[np.ndarray], params: dict[str, Any]) -> list[PageOutput]: ...
+
+
+def configure_offline_environment(config: WorkerConfig) -> None:
+    """Make PaddleX/onnxruntime run with no network access and bounded threads; must run before
+    paddleocr is imported."""
+    os.makedirs(config.cache_dir, exist_ok=True)
+    os.environ["PADDLE_PDX_DISABLE_MODEL_SOURCE_CHECK"] = "True"
+    os.environ["ORT_DISABLE_TELEMETRY"] = "1"
+    os.environ.setdefault("PADDLE_PDX_CACHE_HOME", config.cache_dir)
+    for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(name, str(config.threads))
+    if config.vis_font:
+        os.environ.setdefault("PADDLE_PDX_LOCAL_FONT_FILE_PATH", config.vis_font)
+
+
+# Pipeline switches that need a model this worker may not have loaded.
+_OPTIONAL_MODULES = {
+    "use_doc_orientation_classify": "useDocOrientationClassify",
+    "use_doc_unwarping": "useDocUnwarping",
+    "use_textline_orientation": "useTextlineOrientation",
+}
+
+
+class PaddleOCREngine:
+    """paddleocr 3.x `PaddleOCR` on local model directories, optional modules off."""
+
+    def __init__(self, config: WorkerConfig):
+        self.config = config
+        det_name, det_dir, rec_name, rec_dir = config.model_paths()
+        self.model_paths = dict(det_name=det_name, det_dir=det_dir,
+                                rec_name=rec_name, rec_dir=rec_dir)
+        self.info = {
+            "engine": "paddleocr",
+            "backend": config.backend,
+            "device": config.device,
+            "det_model": det_name,
+            "rec_model": rec_name,
+            "threads": str(config.threads),
+        }
+        self._pipeline = None
+
+    def check_models(self) -> None:
+        for key in ("det_dir", "rec_dir"):
+            path = self.model_paths[key]
+            if not os.path.isdir(path):
+                raise FileNotFoundError(
+                    f"model directory {path} does not exist: run `make models` or set "
+                    f"OCR_MODEL_DIR / OCR_{key[:3].upper()}_MODEL_DIR")
+
+    def load(self) -> None:
+        self.check_models()
+        configure_offline_environment(self.config)
+        from paddleocr import PaddleOCR  # heavy; imported in the worker process, after fork
+
+        kwargs: dict[str, Any] = dict(
+            device=self.config.device,
+            engine=self.config.backend,
+            text_detection_model_name=self.model_paths["det_name"],
+            text_detection_model_dir=self.model_paths["det_dir"],
+            text_recognition_model_name=self.model_paths["rec_name"],
+            text_recognition_model_dir=self.model_paths["rec_dir"],
+            use_doc_orientation_classify=False,
+            use_doc_unwarping=False,
+            use_textline_orientation=False,
+        )
+        if self.config.backend == "onnxruntime":
+            kwargs["engine_config"] = {"intra_op_num_threads": self.config.threads,
+                                       "inter_op_num_threads": 1}
+        else:
+            kwargs["cpu_threads"] = self.config.threads
+        self._pipeline = PaddleOCR(**kwargs)
+
+    def unsupported(self, params: dict[str, Any], visualize: bool) -> str | None:
+        for kwarg, api_name in _OPTIONAL_MODULES.items():
+            if params.get(kwarg):
+                return (f"{api_name} is not available on this server: its model is not "
+                        "loaded (this deployment runs text detection + recognition only); "
+                        f"send {api_name}: false or leave it out")
+        if visualize and not self.config.vis_font:
+            return "visualize needs a font file: set OCR_VIS_FONT on the server"
+        return None
+
+    def predict(self, images: list[np.ndarray], params: dict[str, Any]) -> list[PageOutput]:
+        results = self._pipeline.predict(images, **params)
+        return [PaddlePageOutput(result) for result in results]
+
+
+class PaddlePageOutput:
+    def __init__(self, result):
+        self._result = result
+
+    def result_json(self) -> dict[str, Any]:
+        return self._result.json["res"]
+
+    def visual_image(self) -> np.ndarray | None:
+        image = self._result.img.get("ocr_res_img")
+        if image is None:
+            return None
+        array = np.asarray(image.convert("RGB"))
+        return np.ascontiguousarray(array[:, :, ::-1])  # RGB -> BGR
+
+
+SIM_MARK = "[simulated]"
+
+
+class SimEngine:
+    """Sleeps a configured service time per page and returns deterministic text marked
+    as simulated. Only for measuring the fleet; never a default."""
+
+    def __init__(self, config: WorkerConfig):
+        self.page_s = config.sim_page_ms / 1000.0
+        self.jitter_s = config.sim_jitter_ms / 1000.0
+        self.info = {"engine": "sim", "backend": "none", "device": "none",
+                     "det_model": "none", "rec_model": "none",
+                     "page_ms": str(config.sim_page_ms)}
+        self._random = random.Random(0)
+
+    def load(self) -> None:
+        pass
+
+    def unsupported(self, params: dict[str, Any], visualize: bool) -> str | None:
+        return None
+
+    def predict(self, images: list[np.ndarray], params: dict[str, Any]) -> list[PageOutput]:
+        outputs = []
+        for image in images:
+            jitter = self._random.uniform(-self.jitter_s, self.jitter_s) if self.jitter_s else 0.0
+            time.sleep(max(0.0, self.page_s + jitter))
+            outputs.append(SimPageOutput(image))
+        return outputs
+
+
+@dataclass
+class SimPageOutput:
+    image: np.ndarray
+
+    def result_json(self) -> dict[str, Any]:
+        height, width = self.image.shape[:2]
+        digest = hashlib.sha1(np.ascontiguousarray(self.image[::16, ::16]).tobytes()).hexdigest()
+        box = [0, 0, width - 1, height - 1]
+        poly = [[0, 0], [width - 1, 0], [width - 1, height - 1], [0, height - 1]]
+        return {
+            "model_settings": {"simulated": True},
+            "dt_polys": [poly],
+            "rec_texts": [f"{SIM_MARK} page {width}x{height} {digest[:12]}"],
+            "rec_scores": [1.0],
+            "rec_polys": [poly],
+            "rec_boxes": [box],
+        }
+
+    def visual_image(self) -> np.ndarray | None:
+        return None
+
+
+def create_engine(config: WorkerConfig) -> Engine:
+    if config.engine == "sim":
+        return SimEngine(config)
+    return PaddleOCREngine(config)

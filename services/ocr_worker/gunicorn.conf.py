@@ -1,0 +1,77 @@
+"""gunicorn settings for the OCR worker: one process per device (WORKERS, default 1), HTTP
+threads enough for the admission queue so a full queue is answered 503 at once, graceful
+SIGTERM (refuse new work, finish what was admitted), multiprocess-aware Prometheus metrics.
+
+Run: gunicorn -c services/ocr_worker/gunicorn.conf.py services.ocr_worker.wsgi:app"""
+
+import os
+import shutil
+import signal
+import tempfile
+
+from services.ocr_api.settings import Env
+
+_env = Env()
+_port = _env.int("PORT", 8101, 1, 65535)
+_queue = _env.int("OCR_QUEUE_SIZE", 32, 1)
+
+bind = f"{_env.str('HOST', '127.0.0.1')}:{_port}"
+workers = _env.int("WORKERS", 1, 1, 64)
+worker_class = "gthread"
+threads = _env.int("HTTP_THREADS", _queue + 4, 2, 1024)
+# gthread's timeout is a heartbeat of the worker's main loop, not a per-request limit (that is
+# OCR_REQUEST_TIMEOUT_S), so a slow page never gets the process killed.
+timeout = _env.int("GUNICORN_TIMEOUT_S", 120, 10)
+graceful_timeout = _env.int("OCR_GRACEFUL_TIMEOUT_S", 120, 1)
+keepalive = _env.int("HTTP_KEEPALIVE_S", 75, 1)  # longer than nginx's upstream keepalive_timeout
+preload_app = False  # the engine must be created after fork, in each worker process
+accesslog = None
+errorlog = "-"
+loglevel = "warning"
+proc_name = f"ocr-worker-{_port}"
+
+# Prometheus multiprocess mode: set before prometheus_client is imported by the app (wiped here
+# in the master at start).
+_metrics_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.path.join(
+    tempfile.gettempdir(), f"ocrfleet-worker-metrics-{_port}")
+shutil.rmtree(_metrics_dir, ignore_errors=True)
+os.makedirs(_metrics_dir, exist_ok=True)
+os.environ["PROMETHEUS_MULTIPROC_DIR"] = _metrics_dir
+
+# One device per process: with CUDA_VISIBLE_DEVICES_LIST="0,1", worker i sees card i only
+# (as gpu:0 inside). Without it, CUDA_VISIBLE_DEVICES from the environment applies to all.
+_devices = _env.list("CUDA_VISIBLE_DEVICES_LIST")
+
+
+def pre_fork(server, worker):
+    """Runs in the master just before fork: give the new worker a card no live worker holds."""
+    if not _devices:
+        return
+    taken = {getattr(w, "ocr_device", None) for w in server.WORKERS.values()}
+    device = next((d for d in _devices if d not in taken), _devices[0])
+    worker.ocr_device = device
+    os.environ["CUDA_VISIBLE_DEVICES"] = device
+
+
+def post_worker_init(worker):
+    original = worker.handle_exit
+
+    def drain_then_exit(sig, frame):
+        service = worker.wsgi.extensions.get("ocr_service") if worker.wsgi else None
+        if service is not None:
+            service.admission.draining = True
+        original(sig, frame)
+
+    signal.signal(signal.SIGTERM, drain_then_exit)
+
+
+def worker_exit(server, worker):
+    service = worker.wsgi.extensions.get("ocr_service") if getattr(worker, "wsgi", None) else None
+    if service is not None:
+        service.shutdown(timeout=graceful_timeout)
+
+
+def child_exit(server, worker):
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(worker.pid)

@@ -1,0 +1,55 @@
+"""Shared fixtures: servers started on free loopback ports and stopped after the tests, and
+the generated documents."""
+
+from __future__ import annotations
+
+import base64
+import os
+from pathlib import Path
+
+import pytest
+import requests
+
+from loadtest import documents
+from scripts.fleet import free_port, worker_process
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+MODELS = REPO_ROOT / "models"
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def post_ocr(base_url: str, body: dict, timeout: float = 120, **kwargs) -> requests.Response:
+    return requests.post(f"{base_url}/ocr", json=body, timeout=timeout, **kwargs)
+
+
+def all_text(response_json: dict) -> list[str]:
+    return [" ".join(page["prunedResult"]["rec_texts"])
+            for page in response_json["result"]["ocrResults"]]
+
+
+@pytest.fixture(scope="session")
+def tmp_logs(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("logs")
+
+
+@pytest.fixture(scope="session")
+def worker_url(tmp_logs):
+    """One real-engine worker (PP-OCRv6 tiny, onnxruntime, CPU) for the whole session."""
+    assert (MODELS / "PP-OCRv6_tiny_det" / "inference.onnx").is_file(), "run `make models`"
+    port = free_port()
+    process = worker_process(port, {"OCR_THREADS": "1", "OCR_QUEUE_SIZE": "8",
+                                    "OCR_MAX_PAGES": "20"},
+                             log_path=tmp_logs / "worker.log")
+    process.start().wait_ready(120)
+    yield f"http://127.0.0.1:{port}"
+    process.stop()
+
+
+@pytest.fixture(scope="session")
+def cjk_font() -> str:
+    font = documents.find_font(documents.CJK_FONTS)
+    assert font, "a CJK font is needed: apt-get install fonts-wqy-zenhei"
+    return font

@@ -1,0 +1,148 @@
+"""The inference thread and admission control, with a scripted engine instead of a model."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from services.ocr_api.errors import ApiError
+from services.ocr_worker.admission import Admission
+from services.ocr_worker.batcher import EngineNotReady, InferenceBatcher
+
+
+class RecordingEngine:
+    info = {}
+
+    def __init__(self, delay=0.0, fail_on=None, load_error=None):
+        self.calls = []
+        self.threads = set()
+        self.delay = delay
+        self.fail_on = fail_on
+        self.load_error = load_error
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def load(self):
+        if self.load_error:
+            raise RuntimeError(self.load_error)
+
+    def predict(self, images, params):
+        self.gate.wait(5)
+        self.threads.add(threading.get_ident())
+        self.calls.append(([int(image[0, 0, 0]) for image in images], dict(params)))
+        if self.fail_on is not None and any(int(i[0, 0, 0]) == self.fail_on for i in images):
+            raise ValueError("bad page")
+        time.sleep(self.delay)
+        return [int(image[0, 0, 0]) for image in images]
+
+
+def page(value):
+    return np.full((2, 2, 3), value, np.uint8)
+
+
+def started(engine, **kwargs):
+    options = dict(queue_pages=16, max_batch=4, batch_wait_s=0.05, warmup=False)
+    options.update(kwargs)
+    batcher = InferenceBatcher(engine, **options)
+    batcher.start()
+    assert batcher.ready.wait(5)
+    return batcher
+
+
+def test_pages_with_same_params_are_batched_and_results_keep_order():
+    engine = RecordingEngine()
+    engine.gate.clear()  # hold the thread so the pages queue up
+    batcher = started(engine)
+    futures = [batcher.submit(page(i), {"text_det_thresh": 0.3}) for i in range(1, 6)]
+    engine.gate.set()
+    assert [f.result(5) for f in futures] == [1, 2, 3, 4, 5]
+    sizes = [len(pages) for pages, _ in engine.calls]
+    assert max(sizes) > 1, sizes
+    assert sum(sizes) == 5
+    batcher.stop(5)
+
+
+def test_different_params_are_never_mixed_in_one_call():
+    engine = RecordingEngine()
+    engine.gate.clear()
+    batcher = started(engine)
+    futures = [batcher.submit(page(i), {"text_det_thresh": 0.3 if i % 2 else 0.5})
+               for i in range(1, 7)]
+    engine.gate.set()
+    assert [f.result(5) for f in futures] == list(range(1, 7))
+    for pages, params in engine.calls:
+        expected = 0.3 if pages[0] % 2 else 0.5
+        assert all((0.3 if p % 2 else 0.5) == expected for p in pages)
+        assert params == {"text_det_thresh": expected}
+    batcher.stop(5)
+
+
+def test_one_thread_calls_the_engine():
+    engine = RecordingEngine()
+    batcher = started(engine, max_batch=1)
+    results = []
+    threads = [threading.Thread(target=lambda i=i: results.append(
+        batcher.submit(page(i), {}).result(5))) for i in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(results) == list(range(20))
+    assert len(engine.threads) == 1
+    batcher.stop(5)
+
+
+def test_a_failing_page_fails_alone():
+    engine = RecordingEngine(fail_on=3)
+    engine.gate.clear()
+    batcher = started(engine)
+    futures = [batcher.submit(page(i), {}) for i in range(1, 6)]
+    engine.gate.set()
+    with pytest.raises(ValueError):
+        futures[2].result(5)
+    assert [futures[i].result(5) for i in (0, 1, 3, 4)] == [1, 2, 4, 5]
+    batcher.stop(5)
+
+
+def test_cancelled_pages_are_skipped():
+    engine = RecordingEngine()
+    engine.gate.clear()
+    batcher = started(engine, max_batch=1)
+    first = batcher.submit(page(1), {})
+    second = batcher.submit(page(2), {})
+    assert second.cancel()
+    engine.gate.set()
+    assert first.result(5) == 1
+    batcher.stop(5)
+    assert all(2 not in pages for pages, _ in engine.calls)
+
+
+def test_load_failure_is_reported_not_raised():
+    batcher = InferenceBatcher(RecordingEngine(load_error="no model"), queue_pages=2,
+                               max_batch=1, batch_wait_s=0, warmup=False)
+    batcher.start()
+    time.sleep(0.2)
+    assert not batcher.ready.is_set()
+    assert "no model" in batcher.load_error
+    with pytest.raises(EngineNotReady):
+        batcher.submit(page(1), {})
+
+
+def test_admission_refuses_at_once_when_full_and_when_draining():
+    admission = Admission(capacity=2, retry_after_s=3)
+    with admission.admit(), admission.admit():
+        began = time.monotonic()
+        with pytest.raises(ApiError) as caught:
+            with admission.admit():
+                pass
+        assert time.monotonic() - began < 0.1
+        assert caught.value.status == 503
+        assert caught.value.headers["Retry-After"] == "3"
+    with admission.admit():
+        assert admission.admitted == 1
+    admission.draining = True
+    with pytest.raises(ApiError) as caught:
+        with admission.admit():
+            pass
+    assert caught.value.status == 503 and "shutting down" in caught.value.message

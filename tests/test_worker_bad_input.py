@@ -1,0 +1,138 @@
+"""Every malformed request gets a 4xx PaddleX envelope with errorCode == HTTP status and an
+actionable errorMsg; the worker stays healthy and keeps serving."""
+
+import base64
+import io
+import zlib
+
+import pytest
+import requests
+from PIL import Image
+
+from loadtest import documents
+from tests.conftest import b64, post_ocr
+
+
+def png_bytes():
+    return documents.to_png(documents.text_image(["healthy after errors"]))
+
+
+def bomb_png(width=40000, height=40000) -> bytes:
+    """A tiny PNG whose header claims 1.6 gigapixels of zeros."""
+    import struct
+
+    def chunk(kind, data):
+        return (struct.pack(">I", len(data)) + kind + data
+                + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+
+    header = struct.pack(">IIBBBBB", width, height, 1, 0, 0, 0, 0)
+    row = b"\0" + b"\0" * (width // 8)
+    compressor = zlib.compressobj(9)
+    data = b"".join(compressor.compress(row) for _ in range(200)) + compressor.flush()
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", data)
+            + chunk(b"IEND", b""))
+
+
+def encrypted_pdf() -> bytes:
+    """A PDF whose trailer names a standard-security (password) encryption dictionary."""
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 200 200] >>",
+        b"<< /Filter /Standard /V 2 /R 3 /Length 128 /P -4 "
+        b"/O <" + b"11" * 32 + b"> /U <" + b"22" * 32 + b"> >>",
+    ]
+    out = io.BytesIO()
+    out.write(b"%PDF-1.7\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(out.tell())
+        out.write(b"%d 0 obj\n" % number + body + b"\nendobj\n")
+    xref = out.tell()
+    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1))
+    for offset in offsets:
+        out.write(b"%010d 00000 n \n" % offset)
+    out.write(b"trailer\n<< /Size %d /Root 1 0 R /Encrypt 4 0 R /ID [<aa><aa>] >>\n"
+              % (len(objects) + 1))
+    out.write(b"startxref\n%d\n%%%%EOF\n" % xref)
+    return out.getvalue()
+
+
+PNG = png_bytes()
+PDF = documents.labelled_pdf(2)
+
+CASES = {
+    "not json": dict(data=b"{this is not json", headers={"Content-Type": "application/json"}),
+    "empty body": dict(data=b"", headers={"Content-Type": "application/json"}),
+    "json array": dict(json=[1, 2, 3]),
+    "missing file": dict(json={"fileType": 1}),
+    "file not a string": dict(json={"file": {"a": 1}}),
+    "file null": dict(json={"file": None}),
+    "bad base64": dict(json={"file": "@@@###"}),
+    "empty file": dict(json={"file": ""}),
+    "unknown fileType": dict(json={"file": b64(PNG), "fileType": 5}),
+    "fileType string": dict(json={"file": b64(PNG), "fileType": "pdf"}),
+    "not an image or pdf": dict(json={"file": b64(b"GIF89a" + b"\0" * 100)}),
+    "image declared pdf": dict(json={"file": b64(PNG), "fileType": 0}),
+    "pdf declared image": dict(json={"file": b64(PDF), "fileType": 1}),
+    "truncated png": dict(json={"file": b64(PNG[: len(PNG) // 2]), "fileType": 1}),
+    "truncated jpeg": dict(json={"file": b64(documents.to_jpeg(
+        documents.text_image(["truncated"]))[:400]), "fileType": 1}),
+    "garbage after png magic": dict(json={"file": b64(b"\x89PNG\r\n\x1a\n" + b"junk" * 50)}),
+    "truncated pdf": dict(json={"file": b64(PDF[:300]), "fileType": 0}),
+    "pdf header only": dict(json={"file": b64(b"%PDF-1.7\n%%EOF")}),
+    "encrypted pdf": dict(json={"file": b64(encrypted_pdf())}),
+    "decompression bomb": dict(json={"file": b64(bomb_png())}),
+    "too many pages": dict(json={"file": b64(documents.labelled_pdf(21, lines_per_page=0))}),
+    "page range beyond document": dict(json={"file": b64(PDF), "pageRange": "3"}),
+    "threshold out of range": dict(json={"file": b64(PNG), "textDetThresh": 1.5}),
+    "negative unclip": dict(json={"file": b64(PNG), "textDetUnclipRatio": -1}),
+    "limit side len string": dict(json={"file": b64(PNG), "textDetLimitSideLen": "960"}),
+    "bad limit type": dict(json={"file": b64(PNG), "textDetLimitType": "both"}),
+    "unloaded module": dict(json={"file": b64(PNG), "useDocOrientationClassify": True}),
+    "url input disabled": dict(json={"file": "http://127.0.0.1:9/scan.pdf"}),
+    "multipart without file": dict(data={"fileType": "1"}, files={"other": ("x", b"y")}),
+}
+
+EXPECTED_STATUS = {"not json": 400, "empty body": 400, "too many pages": 413}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_malformed_request_gets_json_4xx(worker_url, name):
+    response = requests.post(f"{worker_url}/ocr", timeout=60, **CASES[name])
+    assert 400 <= response.status_code < 500, (name, response.status_code, response.text)
+    assert response.status_code == EXPECTED_STATUS.get(name, 422), (name, response.text)
+    body = response.json()
+    assert body["errorCode"] == response.status_code
+    assert isinstance(body["errorMsg"], str) and len(body["errorMsg"]) > 15
+    assert "Traceback" not in body["errorMsg"] and "File \"" not in body["errorMsg"]
+    assert body["logId"]
+
+
+def test_body_over_the_size_limit_is_413(worker_url):
+    huge = "A" * (70 * 1024 * 1024 * 4 // 3)
+    response = requests.post(f"{worker_url}/ocr", json={"file": huge}, timeout=60)
+    assert response.status_code == 413
+    assert response.json()["errorCode"] == 413
+
+
+@pytest.mark.parametrize("method", ["GET", "PUT", "DELETE"])
+def test_wrong_method_is_405_json(worker_url, method):
+    response = requests.request(method, f"{worker_url}/ocr", timeout=10)
+    assert response.status_code == 405
+    assert response.json()["errorCode"] == 405
+
+
+def test_unknown_path_is_404_json(worker_url):
+    response = requests.get(f"{worker_url}/nope", timeout=10)
+    assert response.status_code == 404 and response.json()["errorCode"] == 404
+
+
+def test_worker_still_healthy_and_correct_after_bad_input(worker_url):
+    for case in ("truncated pdf", "decompression bomb", "encrypted pdf", "truncated png"):
+        requests.post(f"{worker_url}/ocr", timeout=60, **CASES[case])
+    assert requests.get(f"{worker_url}/readyz", timeout=5).status_code == 200
+    response = post_ocr(worker_url, {"file": b64(PNG)})
+    assert response.status_code == 200
+    assert response.json()["result"]["ocrResults"][0]["prunedResult"]["rec_texts"] == [
+        "healthy after errors"]

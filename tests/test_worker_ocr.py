@@ -1,0 +1,135 @@
+"""The real engine (PP-OCRv6 tiny on onnxruntime) behind the worker's HTTP API, on generated
+documents: recognised words, page order, the PaddleX envelope, multipart, pageRange,
+visualization and metrics."""
+
+import base64
+import re
+
+import cv2
+import numpy as np
+import requests
+
+from loadtest import documents
+from tests.conftest import all_text, b64, post_ocr
+
+
+def words_of(text: str) -> set[str]:
+    return set(re.findall(r"[A-Za-z0-9.,]+", text.lower()))
+
+
+def test_english_image_words_and_envelope(worker_url):
+    lines = ["Invoice number 48213", "Total amount due 1,234.56 USD"]
+    image = documents.text_image(lines)
+    response = post_ocr(worker_url, {"file": b64(documents.to_png(image)), "fileType": 1,
+                                     "logId": "test-english-1"})
+    assert response.status_code == 200
+    body = response.json()
+    assert list(body) == ["logId", "result", "errorCode", "errorMsg"]
+    assert body["logId"] == "test-english-1"
+    assert body["errorCode"] == 0 and body["errorMsg"] == "Success"
+    result = body["result"]
+    assert result["dataInfo"] == {"width": image.width, "height": image.height, "type": "image"}
+    [page] = result["ocrResults"]
+    assert set(page) == {"prunedResult", "ocrImage", "docPreprocessingImage", "inputImage"}
+    assert page["ocrImage"] is None and page["inputImage"] is None
+    pruned = page["prunedResult"]
+    for key in ("rec_texts", "rec_scores", "rec_polys", "rec_boxes", "dt_polys"):
+        assert key in pruned, key
+    assert "input_path" not in pruned and "page_index" not in pruned
+    assert pruned["rec_texts"] == lines
+    assert len(pruned["rec_scores"]) == len(pruned["rec_boxes"]) == len(pruned["rec_polys"]) == 2
+    assert all(0.8 < score <= 1.0 for score in pruned["rec_scores"])
+    x0, y0, x1, y1 = pruned["rec_boxes"][0]
+    assert 0 <= x0 < x1 <= image.width and 0 <= y0 < y1 <= image.height
+
+
+def test_chinese_image(worker_url, cjk_font):
+    image = documents.text_image(["发票号码 12345", "客户名称"], font_path=cjk_font)
+    response = post_ocr(worker_url, {"file": b64(documents.to_jpeg(image))})
+    assert response.status_code == 200
+    texts = response.json()["result"]["ocrResults"][0]["prunedResult"]["rec_texts"]
+    joined = "".join(texts).replace(" ", "")
+    assert "发票号码" in joined and "12345" in joined and "客户名称" in joined
+
+
+def test_multipage_pdf_every_page_in_order(worker_url):
+    pdf = documents.labelled_pdf(4)
+    response = post_ocr(worker_url, {"file": b64(pdf), "fileType": 0})
+    assert response.status_code == 200
+    result = response.json()["result"]
+    assert result["dataInfo"]["type"] == "pdf" and result["dataInfo"]["numPages"] == 4
+    assert len(result["dataInfo"]["pages"]) == 4
+    # 144 DPI, as PaddleX serving renders (scale 2.0): a Letter page is 1224 x 1584
+    assert result["dataInfo"]["pages"][0] == {"width": 1224, "height": 1584}
+    texts = all_text(response.json())
+    assert len(texts) == 4
+    for number, text in enumerate(texts, start=1):
+        assert documents.page_label(number, 4) in text, (number, text)
+
+
+def test_page_range_selects_pages(worker_url):
+    pdf = documents.labelled_pdf(5)
+    response = post_ocr(worker_url, {"file": b64(pdf), "pageRange": "2,4-5"})
+    assert response.status_code == 200
+    body = response.json()
+    texts = all_text(body)
+    assert [documents.page_label(n, 5) in t for n, t in zip((2, 4, 5), texts)] == [True] * 3
+    assert body["result"]["dataInfo"]["pageIndices"] == [1, 3, 4]
+    assert body["result"]["dataInfo"]["numPages"] == 3
+
+
+def test_scanned_pdf_and_multipart_upload(worker_url):
+    pages = [documents.text_image([f"Scanned sheet {n}", "Delivery address"], size=36)
+             for n in (1, 2)]
+    pdf = documents.image_pdf(pages)
+    response = requests.post(f"{worker_url}/ocr", files={"file": ("scan.pdf", pdf)},
+                             data={"fileType": "0"}, timeout=120)
+    assert response.status_code == 200
+    texts = all_text(response.json())
+    assert "Scanned sheet 1" in texts[0] and "Scanned sheet 2" in texts[1]
+
+
+def test_detection_parameters_reach_the_pipeline(worker_url):
+    image = documents.text_image(["Quarterly budget report"])
+    body = {"file": b64(documents.to_png(image)), "textDetThresh": 0.25,
+            "textDetBoxThresh": 0.5, "textDetUnclipRatio": 1.8, "textDetLimitSideLen": 736,
+            "textDetLimitType": "max", "textRecScoreThresh": 0.99}
+    response = post_ocr(worker_url, body)
+    assert response.status_code == 200
+    pruned = response.json()["result"]["ocrResults"][0]["prunedResult"]
+    assert pruned["text_det_params"]["thresh"] == 0.25
+    assert pruned["text_det_params"]["box_thresh"] == 0.5
+    assert pruned["text_det_params"]["unclip_ratio"] == 1.8
+    assert pruned["text_det_params"]["limit_side_len"] == 736
+    assert pruned["text_det_params"]["limit_type"] == "max"
+    assert pruned["text_rec_score_thresh"] == 0.99
+    assert all(score >= 0.99 for score in pruned["rec_scores"])
+
+
+def test_visualize_returns_decodable_jpeg_images(worker_url):
+    image = documents.text_image(["Visual check 42"])
+    response = post_ocr(worker_url, {"file": b64(documents.to_png(image)), "visualize": True})
+    assert response.status_code == 200
+    page = response.json()["result"]["ocrResults"][0]
+    for key in ("ocrImage", "inputImage"):
+        decoded = cv2.imdecode(np.frombuffer(base64.b64decode(page[key]), np.uint8),
+                               cv2.IMREAD_COLOR)
+        assert decoded is not None and decoded.shape[0] > 10, key
+    assert page["prunedResult"]["rec_texts"] == ["Visual check 42"]
+
+
+def test_health_readiness_and_metrics(worker_url):
+    assert requests.get(f"{worker_url}/healthz", timeout=5).json()["errorCode"] == 0
+    ready = requests.get(f"{worker_url}/readyz", timeout=5)
+    assert ready.status_code == 200
+    assert ready.json()["engine"]["det_model"] == "PP-OCRv6_tiny_det"
+    post_ocr(worker_url, {"file": b64(documents.to_png(documents.text_image(["metrics"])))})
+    text = requests.get(f"{worker_url}/metrics", timeout=5).text
+    for name in ("ocr_worker_requests_total", "ocr_worker_pages_total",
+                 "ocr_worker_queue_depth", "ocr_worker_inflight_requests",
+                 'ocr_worker_stage_seconds_bucket{le="0.005",stage="inference"}',
+                 'stage="decode"', 'stage="render"', "ocr_worker_model_load_seconds",
+                 "ocr_worker_engine_info"):
+        assert name in text, name
+    ok = re.search(r'ocr_worker_requests_total\{code="200",outcome="ok"\} (\d+)', text)
+    assert ok and float(ok.group(1)) >= 1
