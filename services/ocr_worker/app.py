@@ -56,11 +56,13 @@ def create_app(config: WorkerConfig | None = None, engine: Engine | None = None,
 
     @app.post("/ocr")
     def ocr():
-        fields, file_bytes = read_ocr_fields()
-        if usable_log_id(fields.get("logId")) is None:
-            fields = {**fields, "logId": g.log_id}
-        body = service.handle(fields, file_bytes, log_id_hook=current_log_id.set)
-        return json_response(body)
+        def read_fields():
+            fields, file_bytes = read_ocr_fields()
+            if usable_log_id(fields.get("logId")) is None:
+                fields = {**fields, "logId": g.log_id}
+            return fields, file_bytes
+
+        return json_response(service.handle(read_fields, log_id_hook=current_log_id.set))
 
     @app.get("/healthz")
     def healthz():

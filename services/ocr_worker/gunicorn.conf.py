@@ -1,5 +1,5 @@
 """gunicorn settings for the OCR worker: one process per device (WORKERS, default 1), HTTP
-threads enough for the admission queue so a full queue is answered 503 at once, graceful
+threads enough for the admission queue plus spares, so a full queue is answered 503 at once, graceful
 SIGTERM (refuse new work, finish what was admitted), multiprocess-aware Prometheus metrics.
 
 Run: gunicorn -c services/ocr_worker/gunicorn.conf.py services.ocr_worker.wsgi:app"""
@@ -18,7 +18,7 @@ _queue = _env.int("OCR_QUEUE_SIZE", 32, 1)
 bind = f"{_env.str('HOST', '127.0.0.1')}:{_port}"
 workers = _env.int("WORKERS", 1, 1, 64)
 worker_class = "gthread"
-threads = _env.int("HTTP_THREADS", _queue + 4, 2, 1024)
+threads = _env.int("HTTP_THREADS", _queue + 16, 2, 1024)
 # gthread's timeout is a heartbeat of the worker's main loop, not a per-request limit (that is
 # OCR_REQUEST_TIMEOUT_S), so a slow page never gets the process killed.
 timeout = _env.int("GUNICORN_TIMEOUT_S", 120, 10)

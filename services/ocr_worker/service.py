@@ -70,18 +70,9 @@ class OcrService:
         return ocr_request
 
     def predict(self, ocr_request: OcrRequest) -> dict[str, Any]:
-        """Admit, render, infer and encode one request; returns the `result` object."""
-        if not self.batcher.ready.is_set():
-            raise ApiError(503, "The model is still loading: retry shortly"
-                           if not self.batcher.load_error else self.batcher.load_error,
-                           {"Retry-After": str(self.config.retry_after_s)})
+        """Render, infer and encode one admitted request; returns the `result` object."""
         deadline = time.monotonic() + self.config.request_timeout_s
-        with self.admission.admit():
-            metrics.INFLIGHT.inc()
-            try:
-                return self._predict_admitted(ocr_request, deadline)
-            finally:
-                metrics.INFLIGHT.dec()
+        return self._predict_admitted(ocr_request, deadline)
 
     def _predict_admitted(self, ocr_request: OcrRequest, deadline: float) -> dict[str, Any]:
         document = open_document(ocr_request, self.limits)
@@ -140,12 +131,25 @@ class OcrService:
         metrics.STAGE_SECONDS.labels("encode").observe(time.monotonic() - started)
         return encoded
 
-    def handle(self, fields: Mapping[str, Any], file_bytes: bytes | None,
+    def handle(self, read_fields: Callable[[], tuple[Mapping[str, Any], bytes | None]],
                log_id_hook: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
-        """The whole request: decode_request -> predict -> envelope."""
-        ocr_request = self.decode_request(fields, file_bytes)
-        log_id_hook(ocr_request.log_id)
-        return envelope.success(ocr_request.log_id, self.predict(ocr_request))
+        """The whole request: admission first (so an overloaded worker refuses before it even
+        reads the body), then decode_request -> predict -> envelope."""
+        self._refuse_unless_ready()
+        with self.admission.admit():
+            metrics.INFLIGHT.inc()
+            try:
+                fields, file_bytes = read_fields()
+                ocr_request = self.decode_request(fields, file_bytes)
+                log_id_hook(ocr_request.log_id)
+                return envelope.success(ocr_request.log_id, self.predict(ocr_request))
+            finally:
+                metrics.INFLIGHT.dec()
+
+    def _refuse_unless_ready(self) -> None:
+        if not self.batcher.ready.is_set():
+            message = self.batcher.load_error or "The model is still loading: retry shortly"
+            raise ApiError(503, message, {"Retry-After": str(self.config.retry_after_s)})
 
     def shutdown(self, timeout: float | None = None) -> None:
         self.admission.draining = True

@@ -1,0 +1,94 @@
+"""Worker behaviour under overload and shutdown, with the sim engine (a fixed service time, so
+the queue can be filled on purpose): a full queue answers 503 + Retry-After at once, SIGTERM
+refuses new work but finishes what was admitted, and a worker that cannot find its models
+stays up and says why in /readyz."""
+
+import concurrent.futures
+import signal
+import time
+
+import requests
+
+from loadtest import documents
+from scripts.fleet import free_port, worker_process
+from tests.conftest import b64
+
+PNG = b64(documents.to_png(documents.text_image(["x"])))
+
+
+def start_sim_worker(tmp_path, **env):
+    port = free_port()
+    settings = {"OCR_ENGINE": "sim", "OCR_SIM_PAGE_MS": "300", "OCR_QUEUE_SIZE": "2",
+                "OCR_RETRY_AFTER_S": "2", **env}
+    process = worker_process(port, settings, log_path=tmp_path / f"worker-{port}.log")
+    return process.start().wait_ready(60), f"http://127.0.0.1:{port}"
+
+
+def test_full_queue_answers_503_with_retry_after_at_once(tmp_path):
+    process, url = start_sim_worker(tmp_path)
+    try:
+        def send(_):
+            began = time.monotonic()
+            response = requests.post(f"{url}/ocr", json={"file": PNG}, timeout=30)
+            return response, time.monotonic() - began
+
+        with concurrent.futures.ThreadPoolExecutor(12) as pool:
+            results = list(pool.map(send, range(12)))
+        ok = [r for r, _ in results if r.status_code == 200]
+        refused = [(r, took) for r, took in results if r.status_code == 503]
+        assert len(ok) + len(refused) == 12
+        assert 2 <= len(ok) < 12 and refused
+        for response, took in refused:
+            assert response.headers["Retry-After"] == "2"
+            assert response.json()["errorCode"] == 503
+            assert "queue is full" in response.json()["errorMsg"]
+            assert took < 0.3 * len(ok)  # never parked behind the admitted requests
+        assert all(r.json()["result"]["ocrResults"][0]["prunedResult"]["rec_texts"][0]
+                   .startswith("[simulated]") for r in ok)
+        assert requests.get(f"{url}/readyz", timeout=5).status_code == 200
+    finally:
+        process.stop()
+
+
+def test_sigterm_finishes_admitted_work_and_refuses_new(tmp_path):
+    process, url = start_sim_worker(tmp_path, OCR_SIM_PAGE_MS="400", OCR_QUEUE_SIZE="4")
+    try:
+        pdf = b64(documents.labelled_pdf(3, lines_per_page=0))
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            admitted = pool.submit(requests.post, f"{url}/ocr", json={"file": pdf}, timeout=30)
+            time.sleep(0.3)
+            process.signal_group(signal.SIGTERM)
+            time.sleep(0.2)
+            try:
+                late = requests.post(f"{url}/ocr", json={"file": PNG}, timeout=5)
+                assert late.status_code == 503
+            except requests.ConnectionError:
+                pass  # listening socket already closed: also a refusal
+            response = admitted.result(30)
+        assert response.status_code == 200
+        assert len(response.json()["result"]["ocrResults"]) == 3
+        assert process.process.wait(30) == 0
+    finally:
+        process.stop()
+
+
+def test_missing_models_keep_the_process_up_and_not_ready(tmp_path):
+    port = free_port()
+    process = worker_process(port, {"OCR_MODEL_DIR": str(tmp_path / "nothing")},
+                             log_path=tmp_path / "worker.log").start()
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if requests.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                time.sleep(0.2)
+        ready = requests.get(f"{url}/readyz", timeout=5)
+        assert ready.status_code == 503
+        assert "make models" in ready.json()["errorMsg"]
+        response = requests.post(f"{url}/ocr", json={"file": PNG}, timeout=5)
+        assert response.status_code == 503 and "make models" in response.json()["errorMsg"]
+    finally:
+        process.stop()
