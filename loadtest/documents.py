@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import os
 import random
+import re
 from functools import lru_cache
 
 import numpy as np
@@ -76,6 +77,24 @@ def dense_page(seed: int = 0, dpi: int = 150) -> Image.Image:
 
 def page_label(number: int, total: int) -> str:
     return f"Page {number} of {total}"
+
+
+_LABEL_RE = re.compile(r"Page\s*([0-9lIO|]+)\s*of\s*([0-9lIO|]+)", re.IGNORECASE)
+_DIGIT_LOOKALIKES = str.maketrans({"l": "1", "I": "1", "|": "1", "O": "0"})
+
+
+def read_page_label(text: str) -> tuple[int, int] | None:
+    """(number, total) from OCR'd "Page i of N", forgiving the usual digit look-alikes
+    (l/I/| for 1, O for 0) that a small OCR model produces."""
+    match = _LABEL_RE.search(text)
+    if not match:
+        return None
+    number, total = (int(group.translate(_DIGIT_LOOKALIKES)) for group in match.groups())
+    return number, total
+
+
+def has_page_label(text: str, number: int, total: int) -> bool:
+    return read_page_label(text) == (number, total)
 
 
 def labelled_pdf(num_pages: int, lines_per_page: int = 3, seed: int = 0) -> bytes:

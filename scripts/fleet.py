@@ -19,10 +19,19 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+_handed_out: set[int] = set()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now and that this process has not handed out before (the
+    kernel may offer a just-closed port twice, and two workers must not get the same one)."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind((host, 0))
+            port = sock.getsockname()[1]
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
 
 
 def port_is_taken(port: int, host: str = "127.0.0.1") -> bool:
@@ -100,13 +109,13 @@ class ManagedProcess:
 
 
 def worker_process(port: int, env: dict[str, str] | None = None,
-                   log_path: Path | None = None) -> ManagedProcess:
+                   log_path: Path | None = None, host: str = "127.0.0.1") -> ManagedProcess:
     return ManagedProcess(
-        name=f"worker:{port}",
+        name=f"worker:{host}:{port}",
         cmd=[str(BIN / "gunicorn"), "-c", "services/ocr_worker/gunicorn.conf.py",
              "services.ocr_worker.wsgi:app"],
-        env={"PORT": str(port), "HOST": "127.0.0.1", **(env or {})},
-        ready_url=f"http://127.0.0.1:{port}/readyz",
+        env={"PORT": str(port), "HOST": host, **(env or {})},
+        ready_url=f"http://{host}:{port}/readyz",
         log_path=log_path,
     )
 

@@ -110,3 +110,34 @@ _CJK_FONTS = (
 
 def _first_existing(paths) -> str | None:
     return next((p for p in paths if os.path.isfile(p)), None)
+
+
+@dataclass(frozen=True)
+class WorkerServerSettings:
+    """gunicorn's side of the worker (read by gunicorn.conf.py)."""
+
+    host: str = "127.0.0.1"
+    port: int = 8101
+    processes: int = 1  # one per device
+    http_threads: int = 48
+    heartbeat_timeout_s: int = 120
+    graceful_timeout_s: int = 120
+    keepalive_s: int = 75
+    devices: tuple[str, ...] = ()
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "WorkerServerSettings":
+        env = Env(environ)
+        queue_size = WorkerConfig.from_env(environ).queue_size
+        d = cls()
+        return cls(
+            host=env.str("HOST", d.host),
+            port=env.int("PORT", d.port, 1, 65535),
+            processes=env.int("WORKERS", d.processes, 1, 64),
+            # enough for every admitted request plus spares that answer 503 and health checks
+            http_threads=env.int("HTTP_THREADS", queue_size + 16, 2, 1024),
+            heartbeat_timeout_s=env.int("GUNICORN_TIMEOUT_S", d.heartbeat_timeout_s, 10),
+            graceful_timeout_s=env.int("OCR_GRACEFUL_TIMEOUT_S", d.graceful_timeout_s, 1),
+            keepalive_s=env.int("HTTP_KEEPALIVE_S", d.keepalive_s, 1),
+            devices=tuple(env.list("CUDA_VISIBLE_DEVICES_LIST")),
+        )

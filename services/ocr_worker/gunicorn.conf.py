@@ -9,21 +9,20 @@ import shutil
 import signal
 import tempfile
 
-from services.ocr_api.settings import Env
+from services.ocr_worker.config import WorkerServerSettings
 
-_env = Env()
-_port = _env.int("PORT", 8101, 1, 65535)
-_queue = _env.int("OCR_QUEUE_SIZE", 32, 1)
+_settings = WorkerServerSettings.from_env()
+_host, _port = _settings.host, _settings.port
 
-bind = f"{_env.str('HOST', '127.0.0.1')}:{_port}"
-workers = _env.int("WORKERS", 1, 1, 64)
+bind = f"{_host}:{_port}"
+workers = _settings.processes
 worker_class = "gthread"
-threads = _env.int("HTTP_THREADS", _queue + 16, 2, 1024)
+threads = _settings.http_threads
 # gthread's timeout is a heartbeat of the worker's main loop, not a per-request limit (that is
 # OCR_REQUEST_TIMEOUT_S), so a slow page never gets the process killed.
-timeout = _env.int("GUNICORN_TIMEOUT_S", 120, 10)
-graceful_timeout = _env.int("OCR_GRACEFUL_TIMEOUT_S", 120, 1)
-keepalive = _env.int("HTTP_KEEPALIVE_S", 75, 1)  # longer than nginx's upstream keepalive_timeout
+timeout = _settings.heartbeat_timeout_s
+graceful_timeout = _settings.graceful_timeout_s
+keepalive = _settings.keepalive_s  # longer than nginx's upstream keepalive_timeout
 preload_app = False  # the engine must be created after fork, in each worker process
 accesslog = None
 errorlog = "-"
@@ -33,14 +32,14 @@ proc_name = f"ocr-worker-{_port}"
 # Prometheus multiprocess mode: set before prometheus_client is imported by the app (wiped here
 # in the master at start).
 _metrics_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.path.join(
-    tempfile.gettempdir(), f"ocrfleet-worker-metrics-{_port}")
+    tempfile.gettempdir(), f"ocrfleet-worker-metrics-{_host}-{_port}")
 shutil.rmtree(_metrics_dir, ignore_errors=True)
 os.makedirs(_metrics_dir, exist_ok=True)
 os.environ["PROMETHEUS_MULTIPROC_DIR"] = _metrics_dir
 
 # One device per process: with CUDA_VISIBLE_DEVICES_LIST="0,1", worker i sees card i only
 # (as gpu:0 inside). Without it, CUDA_VISIBLE_DEVICES from the environment applies to all.
-_devices = _env.list("CUDA_VISIBLE_DEVICES_LIST")
+_devices = _settings.devices
 
 
 def pre_fork(server, worker):

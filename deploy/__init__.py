@@ -1,0 +1,1 @@
+"""Deployment files: Dockerfiles (deploy/docker) and Kubernetes manifests (deploy/k8s)."""

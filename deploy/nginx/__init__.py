@@ -1,0 +1,1 @@
+"""nginx in front of a VM fleet of workers: the config template and its renderer."""

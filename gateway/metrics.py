@@ -1,0 +1,42 @@
+"""The gateway's Prometheus metrics and the /metrics payload (multiprocess-aware, as in the
+worker: PROMETHEUS_MULTIPROC_DIR is set by gunicorn.conf.py before this is imported)."""
+
+from __future__ import annotations
+
+import os
+
+from prometheus_client import (CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Gauge,
+                               Histogram, generate_latest)
+from prometheus_client import multiprocess
+
+LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128, 256, 600)
+
+DOCUMENTS = Counter("ocr_gateway_documents_total", "Documents (requests) by outcome",
+                    ["outcome", "code"])
+PAGES = Counter("ocr_gateway_pages_total", "Pages by outcome", ["outcome"])
+RETRIES = Counter("ocr_gateway_retries_total", "Chunk attempts retried, by reason", ["reason"])
+REPLICA_INFLIGHT = Gauge("ocr_gateway_replica_inflight", "Requests outstanding per replica",
+                         ["replica"], multiprocess_mode="livesum")
+REPLICAS = Gauge("ocr_gateway_replicas", "Known replicas by state", ["state"],
+                 multiprocess_mode="livemax")
+REQUEST_SECONDS = Histogram("ocr_gateway_request_seconds", "End-to-end /ocr latency",
+                            buckets=LATENCY_BUCKETS)
+PAGE_SECONDS = Histogram("ocr_gateway_page_seconds",
+                         "Latency of one attempt to a replica (one chunk, usually one page)",
+                         buckets=LATENCY_BUCKETS)
+
+
+def record_replicas(replicas, now: float) -> None:
+    ready = sum(1 for r in replicas if r.ready and r.ejected_until <= now)
+    ejected = sum(1 for r in replicas if r.ejected_until > now)
+    REPLICAS.labels("ready").set(ready)
+    REPLICAS.labels("ejected").set(ejected)
+    REPLICAS.labels("known").set(len(replicas))
+
+
+def render() -> tuple[bytes, str]:
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST

@@ -1,0 +1,109 @@
+"""`make run`: the whole local fleet on one machine — WORKERS OCR workers on 8101.. (one engine
+thread each, CUDA_VISIBLE_DEVICES=i when GPUs exist), nginx in front of them on 8090, the
+gateway on 8080. Without nginx the gateway balances over the worker list itself. Ctrl-C or
+SIGTERM stops everything."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from deploy.nginx import render as nginx
+from scripts.fleet import (REPO_ROOT, ManagedProcess, gateway_process, port_is_taken, stop_all,
+                           worker_process)
+
+RUN_DIR = REPO_ROOT / "run"
+
+
+def gpu_count() -> int:
+    if not shutil.which("nvidia-smi"):
+        return 0
+    try:
+        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in listing.stdout.splitlines() if line.startswith("GPU "))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=int(os.environ.get("WORKERS", 2)))
+    parser.add_argument("--worker-port", type=int, default=8101)
+    parser.add_argument("--nginx-port", type=int, default=8090)
+    parser.add_argument("--gateway-port", type=int, default=8080)
+    parser.add_argument("--no-nginx", action="store_true")
+    args = parser.parse_args(argv)
+
+    worker_ports = [args.worker_port + i for i in range(args.workers)]
+    use_nginx = not args.no_nginx and nginx.find_nginx() is not None
+    ports = worker_ports + [args.gateway_port] + ([args.nginx_port] if use_nginx else [])
+    taken = [port for port in ports if port_is_taken(port)]
+    if taken:
+        print(f"error: port(s) {', '.join(map(str, taken))} on 127.0.0.1 are already in use. "
+              "Stop what holds them (`ss -ltnp`) or choose others, e.g. "
+              "`make run WORKERS=2` after stopping an earlier fleet.", file=sys.stderr)
+        return 2
+
+    RUN_DIR.mkdir(exist_ok=True)
+    gpus = gpu_count()
+    processes: list[ManagedProcess] = []
+
+    def stop(signum=None, frame=None):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        for index, port in enumerate(worker_ports):
+            env = {"OCR_THREADS": os.environ.get("OCR_THREADS", "1")}
+            if gpus:
+                env.update(CUDA_VISIBLE_DEVICES=str(index % gpus),
+                           OCR_DEVICE=os.environ.get("OCR_DEVICE", "gpu:0"))
+            processes.append(worker_process(port, env, RUN_DIR / f"worker-{port}.log").start())
+        print(f"starting {args.workers} worker(s) on ports {worker_ports[0]}-{worker_ports[-1]}"
+              f" ({'GPU ' + str(gpus) + ' card(s)' if gpus else 'CPU'}); logs in run/")
+        for process in processes:
+            process.wait_ready(300)
+
+        addresses = [f"127.0.0.1:{port}" for port in worker_ports]
+        if use_nginx:
+            nginx_dir = RUN_DIR / "nginx"
+            config = nginx.write_config(addresses, nginx_dir / "nginx.conf", nginx_dir,
+                                        listen=f"127.0.0.1:{args.nginx_port}")
+            nginx.check_config(config, nginx_dir)
+            processes.append(ManagedProcess(
+                "nginx", nginx.nginx_command(config, nginx_dir),
+                ready_url=None, log_path=RUN_DIR / "nginx.log").start())
+            upstream = {"GATEWAY_UPSTREAM_URL": f"http://127.0.0.1:{args.nginx_port}"}
+            print(f"nginx on 127.0.0.1:{args.nginx_port} (least_conn over the workers)")
+        else:
+            upstream = {"GATEWAY_REPLICAS": ",".join(f"http://{a}" for a in addresses)}
+            print("nginx is not installed (or --no-nginx): the gateway balances over the "
+                  "worker list itself")
+        gateway = gateway_process(args.gateway_port, upstream, RUN_DIR / "gateway.log")
+        processes.append(gateway.start())
+        gateway.wait_ready(60)
+        print(f"ready: POST http://127.0.0.1:{args.gateway_port}/ocr  (Ctrl-C stops the fleet)")
+        while all(process.alive() for process in processes):
+            time.sleep(0.5)
+        dead = [process.name for process in processes if not process.alive()]
+        print(f"error: {', '.join(dead)} exited; stopping the fleet (see run/*.log)",
+              file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\nstopping the fleet")
+        return 0
+    except (RuntimeError, TimeoutError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        stop_all(processes)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""The gateway's pure parts without a server: PDF splitting, reassembly, replica selection,
+ejection and DNS discovery (with an injected resolver and clock), configuration."""
+
+import pypdfium2 as pdfium
+import pytest
+
+from gateway import assemble
+from gateway.config import GatewayConfig
+from gateway.split import group_pages, split_pdf
+from gateway.upstreams import MODE_DNS, MODE_LIST, NoReplicas, ReplicaSet
+from loadtest import documents
+from services.ocr_api.settings import ConfigError
+
+
+def test_group_pages_makes_consecutive_runs():
+    assert group_pages([0, 1, 2, 3, 4], 2) == [(0, 1), (2, 3), (4,)]
+    assert group_pages([0, 2, 3, 7], 3) == [(0,), (2, 3), (7,)]
+    assert group_pages([5], 1) == [(5,)]
+
+
+def test_split_pdf_keeps_each_page_and_its_size():
+    pdf = documents.labelled_pdf(5, lines_per_page=0)
+    chunks = split_pdf(pdf, [0, 2, 3, 4], pages_per_chunk=2)
+    assert [c.page_indices for c in chunks] == [(0,), (2, 3), (4,)]
+    original = pdfium.PdfDocument(pdf)
+    for chunk in chunks:
+        part = pdfium.PdfDocument(chunk.pdf)
+        assert len(part) == len(chunk.page_indices)
+        for offset, index in enumerate(chunk.page_indices):
+            assert part[offset].get_size() == original[index].get_size()
+            text = part[offset].get_textpage().get_text_range()
+            assert documents.has_page_label(text, index + 1, 5)
+
+
+def reply(texts, sizes):
+    return {"result": {"ocrResults": [{"prunedResult": {"rec_texts": [t]}} for t in texts],
+                       "dataInfo": {"type": "pdf", "numPages": len(sizes),
+                                    "pages": [{"width": w, "height": h} for w, h in sizes]}}}
+
+
+def test_reassembly_orders_pages_and_builds_data_info():
+    pages = (assemble.pages_from_reply(reply(["a"], [(10, 20)]), (0,), "pdf")
+             + assemble.pages_from_reply(reply(["b", "c"], [(11, 21), (12, 22)]), (1, 2), "pdf"))
+    result = assemble.document_result("pdf", pages, page_range_given=False)
+    assert [r["prunedResult"]["rec_texts"][0] for r in result["ocrResults"]] == ["a", "b", "c"]
+    assert result["dataInfo"] == {"numPages": 3, "type": "pdf", "pages": [
+        {"width": 10, "height": 20}, {"width": 11, "height": 21}, {"width": 12, "height": 22}]}
+    assert "failedPages" not in result
+
+
+def test_a_reply_with_the_wrong_page_count_is_rejected():
+    with pytest.raises(assemble.MalformedReply):
+        assemble.pages_from_reply(reply(["a"], [(1, 1)]), (0, 1), "pdf")
+
+
+def test_partial_results_name_the_failed_pages():
+    pages = (assemble.pages_from_reply(reply(["a"], [(10, 20)]), (0,), "pdf")
+             + assemble.failed_pages((1,), 502, "replica gone"))
+    result = assemble.document_result("pdf", pages, page_range_given=True)
+    assert result["ocrResults"][1]["prunedResult"] is None
+    assert result["ocrResults"][1]["error"] == {"errorCode": 502, "errorMsg": "replica gone"}
+    assert result["failedPages"] == [{"pageIndex": 1, "errorCode": 502,
+                                      "errorMsg": "replica gone"}]
+    assert result["dataInfo"]["pageIndices"] == [0, 1]
+    status, message = assemble.describe_failures(pages)
+    assert status == 502 and "Page(s) 2 " in message
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self):
+        return self.now
+
+
+def replica_set(urls, **kwargs):
+    return ReplicaSet(mode=MODE_LIST, urls=urls, probe=lambda url: True, **kwargs)
+
+
+def test_least_outstanding_wins_and_ties_rotate():
+    replicas = replica_set(["http://a", "http://b", "http://c"])
+    first = replicas.acquire()
+    second = replicas.acquire()
+    third = replicas.acquire()
+    assert {first.url, second.url, third.url} == {"http://a", "http://b", "http://c"}
+    replicas.release(second, "ok")
+    assert replicas.acquire().url == second.url  # the only one with nothing outstanding
+
+
+def test_a_page_avoids_replicas_it_already_failed_on():
+    replicas = replica_set(["http://a", "http://b"])
+    chosen = replicas.acquire(exclude={"http://a"})
+    assert chosen.url == "http://b"
+    replicas.release(chosen, "busy")
+    # with every replica excluded it still gets one rather than failing
+    assert replicas.acquire(exclude={"http://a", "http://b"}).url in ("http://a", "http://b")
+
+
+def test_a_replica_that_goes_down_is_ejected_for_a_while():
+    clock = Clock()
+    replicas = replica_set(["http://a", "http://b"], eject_s=10, clock=clock)
+    down = replicas.acquire()
+    replicas.release(down, "down")
+    picks = set()
+    for _ in range(4):
+        replica = replicas.acquire()
+        picks.add(replica.url)
+        replicas.release(replica, "ok")
+    assert picks == {"http://a", "http://b"} - {down.url}
+    clock.now += 11
+    assert down.eligible(clock.now)
+
+
+def test_all_ejected_still_tries_the_one_back_soonest():
+    clock = Clock()
+    replicas = replica_set(["http://a", "http://b"], eject_s=10, clock=clock)
+    a, b = replicas.acquire(), replicas.acquire()
+    replicas.release(a, "down")
+    clock.now += 5
+    replicas.release(b, "down")
+    assert replicas.acquire().url == a.url
+
+
+def test_dns_discovery_adds_and_removes_replicas():
+    answers = {"addresses": ["http://10.0.0.1:8101"]}
+    probed = []
+    replicas = ReplicaSet(mode=MODE_DNS, dns="ocr-worker-headless:8101",
+                          probe=lambda url: probed.append(url) or True,
+                          resolver=lambda host, port: answers["addresses"])
+    replicas.refresh()
+    replicas.probe_all()
+    assert [r.url for r in replicas.replicas()] == ["http://10.0.0.1:8101"]
+    busy = replicas.acquire()
+    answers["addresses"] = ["http://10.0.0.2:8101"]
+    replicas.refresh()
+    replicas.probe_all()
+    assert [r.url for r in replicas.replicas()] == ["http://10.0.0.2:8101"]
+    assert replicas.acquire().url == "http://10.0.0.2:8101"
+    replicas.release(busy, "ok")  # the vanished replica's last page still completes
+    answers["addresses"] = []
+    replicas.refresh()
+    with pytest.raises(NoReplicas):
+        replicas.acquire()
+
+
+def test_config_needs_exactly_one_upstream_mode():
+    with pytest.raises(ConfigError):
+        GatewayConfig.from_env({})
+    with pytest.raises(ConfigError):
+        GatewayConfig.from_env({"GATEWAY_REPLICAS": "http://a", "GATEWAY_UPSTREAM_URL": "http://b"})
+    with pytest.raises(ConfigError):
+        GatewayConfig.from_env({"GATEWAY_REPLICA_DNS": "no-port"})
+    config = GatewayConfig.from_env({"GATEWAY_REPLICAS": "http://a:1/, http://b:2",
+                                     "GATEWAY_PAGES_PER_CHUNK": "2"})
+    assert config.replicas == ("http://a:1", "http://b:2") and config.pages_per_chunk == 2
