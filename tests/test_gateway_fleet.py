@@ -59,6 +59,20 @@ def test_split_answer_equals_one_workers_answer(fleet):
     assert gateway_body["result"] == direct_body["result"]
 
 
+def test_sixteen_page_table_pdf_every_page_in_order_with_its_text(fleet):
+    pages = 16
+    pdf = documents.table_pdf(pages)
+    response = post_ocr(fleet["url"], {"file": b64(pdf)}, timeout=300)
+    assert response.status_code == 200
+    texts = all_text(response.json())
+    assert len(texts) == pages
+    for number, text in enumerate(texts, start=1):
+        assert "Quarterly report" in text and documents.has_page_label(text, number, pages), text
+        for header in ("item", "quantity", "price", "total"):
+            assert header in text.split(), (number, header)
+        assert len(re.findall(r"\d+\.\d\d", text)) >= 12, text  # the table's amounts
+
+
 def test_pages_are_spread_over_replicas_and_log_ids_reach_them(fleet):
     pdf = documents.labelled_pdf(4, lines_per_page=1)
     response = post_ocr(fleet["url"], {"file": b64(pdf), "logId": "follow-me-42"})

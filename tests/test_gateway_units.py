@@ -154,3 +154,28 @@ def test_config_needs_exactly_one_upstream_mode():
     config = GatewayConfig.from_env({"GATEWAY_REPLICAS": "http://a:1/, http://b:2",
                                      "GATEWAY_PAGES_PER_CHUNK": "2"})
     assert config.replicas == ("http://a:1", "http://b:2") and config.pages_per_chunk == 2
+
+
+def test_the_gateway_imports_and_serves_without_the_engine_stack():
+    """The gateway image has no paddleocr, paddlex, onnxruntime, OpenCV or numpy: importing
+    and building the app must not need them."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    code = (
+        "import sys\n"
+        "for name in ('paddleocr', 'paddlex', 'onnxruntime', 'cv2', 'numpy', 'PIL', "
+        "'services.ocr_worker'):\n"
+        "    sys.modules[name] = None  # any import of these now fails\n"
+        "from gateway.app import create_app\n"
+        "from gateway.config import GatewayConfig\n"
+        "app = create_app(GatewayConfig(replicas=('http://127.0.0.1:9',)), start=False)\n"
+        "client = app.test_client()\n"
+        "assert client.get('/healthz').status_code == 200\n"
+        "assert client.post('/ocr', json={'file': 'QUJD'}).status_code == 422\n"
+        "print('ok')\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
