@@ -21,7 +21,7 @@ def test_english_image_words_and_envelope(worker_url):
     lines = ["Invoice number 48213", "Total amount due 1,234.56 USD"]
     image = documents.text_image(lines)
     response = post_ocr(worker_url, {"file": b64(documents.to_png(image)), "fileType": 1,
-                                     "logId": "test-english-1"})
+                                     "logId": "test-english-1", "visualize": False})
     assert response.status_code == 200
     body = response.json()
     assert list(body) == ["logId", "result", "errorCode", "errorMsg"]
@@ -104,6 +104,34 @@ def test_detection_parameters_reach_the_pipeline(worker_url):
     assert pruned["text_det_params"]["limit_type"] == "max"
     assert pruned["text_rec_score_thresh"] == 0.99
     assert all(score >= 0.99 for score in pruned["rec_scores"])
+
+
+def test_paddlex_docs_client_code_works_unchanged(worker_url, tmp_path):
+    """The Python client from PaddleOCR's serving docs (General OCR pipeline), as written
+    there: it sends only file + fileType and decodes every page's ocrImage, so images are on
+    by default, as in PaddleX serving."""
+    file_path = tmp_path / "demo.jpg"
+    file_path.write_bytes(documents.to_jpeg(documents.text_image(["Receipt 2026 total 18.40"])))
+    API_URL = f"{worker_url}/ocr"
+
+    with open(file_path, "rb") as file:
+        file_bytes = file.read()
+        file_data = base64.b64encode(file_bytes).decode("ascii")
+
+    payload = {"file": file_data, "fileType": 1}
+
+    response = requests.post(API_URL, json=payload)
+
+    assert response.status_code == 200
+    result = response.json()["result"]
+    for i, res in enumerate(result["ocrResults"]):
+        print(res["prunedResult"])
+        ocr_img_path = tmp_path / f"ocr_{i}.jpg"
+        with open(ocr_img_path, "wb") as f:
+            f.write(base64.b64decode(res["ocrImage"]))
+        print(f"Output image saved at {ocr_img_path}")
+    assert cv2.imread(str(tmp_path / "ocr_0.jpg")) is not None
+    assert result["ocrResults"][0]["prunedResult"]["rec_texts"] == ["Receipt 2026 total 18.40"]
 
 
 def test_visualize_returns_decodable_jpeg_images(worker_url):

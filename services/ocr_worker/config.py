@@ -30,6 +30,7 @@ class WorkerConfig:
     rec_model_dir: str | None = None
     threads: int = 1
     vis_font: str | None = None
+    visualize_default: bool = True
     cache_dir: str = str(Path.home() / ".cache" / "ocrfleet" / "paddlex")
 
     pdf_dpi: float = 144.0
@@ -68,7 +69,8 @@ class WorkerConfig:
             rec_model_name=env.optional_str("OCR_REC_MODEL_NAME"),
             rec_model_dir=env.optional_str("OCR_REC_MODEL_DIR"),
             threads=env.int("OCR_THREADS", defaults.threads, 1, 256),
-            vis_font=env.optional_str("OCR_VIS_FONT") or _first_existing(_CJK_FONTS),
+            vis_font=env.optional_str("OCR_VIS_FONT") or _first_existing(_VIS_FONTS),
+            visualize_default=env.bool("OCR_VISUALIZE", defaults.visualize_default),
             cache_dir=env.str("OCR_CACHE_DIR", defaults.cache_dir),
             pdf_dpi=env.float("OCR_PDF_DPI", defaults.pdf_dpi, 36, 600),
             max_bytes=env.int("OCR_MAX_BYTES", defaults.max_bytes, 1024),
@@ -102,9 +104,12 @@ class WorkerConfig:
         return det_name, det_dir, rec_name, rec_dir
 
 
-_CJK_FONTS = (
+# Fonts for drawing recognised text in `visualize` images, CJK-capable first. Without one,
+# PaddleX would try to download a font, so visualization is then off by default.
+_VIS_FONTS = (
     "/usr/share/fonts/truetype/wqy/wqy-zenhei.ttc",
     "/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc",
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
 )
 
 

@@ -66,6 +66,11 @@ class OcrService:
                                          bool(ocr_request.visualize))
         if reason:
             raise unprocessable(reason)
+        if ocr_request.visualize is None:
+            # PaddleX serving visualizes unless asked not to (its clients decode ocrImage);
+            # we do the same where a font lets us draw the text
+            ocr_request.visualize = self.config.visualize_default and \
+                self.engine.unsupported({}, True) is None
         metrics.STAGE_SECONDS.labels("decode").observe(time.monotonic() - started)
         return ocr_request
 
