@@ -118,9 +118,10 @@ class GatewayService:
                                          label=label)
             return assemble.pages_from_reply(reply, chunk.page_indices, plan.kind)
         except ChunkFailed as exc:
-            return assemble.failed_pages(chunk.page_indices, exc.status, exc.message)
+            return assemble.failed_pages(chunk.page_indices, exc.status, exc.message,
+                                         plan.kind)
         except assemble.MalformedReply as exc:
-            return assemble.failed_pages(chunk.page_indices, 502, str(exc))
+            return assemble.failed_pages(chunk.page_indices, 502, str(exc), plan.kind)
 
     def pages_in_order(self, plan: Plan, keep_sending: Callable[[], bool] = lambda: True
                        ) -> Iterator[PageOutcome]:
@@ -184,7 +185,7 @@ class GatewayService:
                 message += f" ({skipped} later page(s) were not attempted)"
             raise ApiError(status, message)
         return envelope.success(plan.request.log_id,
-                                assemble.document_result(plan.kind, pages,
+                                assemble.document_result(pages,
                                                          plan.request.page_range is not None))
 
     def stream(self, plan: Plan) -> Iterator[bytes]:
@@ -205,7 +206,7 @@ class GatewayService:
         failed = sum(1 for p in pages if p.error_code)
         metrics.PAGES.labels("ok").inc(len(pages) - failed)
         metrics.PAGES.labels("failed").inc(failed)
-        yield _line(assemble.stream_summary_line(plan.request.log_id, plan.kind, pages,
+        yield _line(assemble.stream_summary_line(plan.request.log_id, pages,
                                                  plan.request.page_range is not None))
 
     def shutdown(self) -> None:

@@ -68,6 +68,9 @@ def iter_chunks(data: bytes, page_indices: list[int],
                     part.import_pages(source, list(group))
                     buffer = io.BytesIO()
                     part.save(buffer)
+                except pdfium.PdfiumError as exc:
+                    raise unprocessable(f"Page(s) {group[0] + 1}-{group[-1] + 1} of the PDF "
+                                        f"cannot be read ({exc}): the file is damaged") from None
                 finally:
                     part.close()
             yield Chunk(group, buffer.getvalue())

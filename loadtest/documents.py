@@ -158,6 +158,19 @@ def image_pdf(images: list[Image.Image], dpi: int = 150) -> bytes:
     return buffer.getvalue()
 
 
+def multipage_tiff(images: list[Image.Image]) -> bytes:
+    """A multi-page TIFF (as a fax or a batch scanner writes), one frame per image."""
+    buffer = io.BytesIO()
+    first, *rest = [image.convert("RGB") for image in images]
+    first.save(buffer, format="TIFF", save_all=True, append_images=rest, compression="tiff_lzw")
+    return buffer.getvalue()
+
+
+def labelled_tiff(num_pages: int) -> bytes:
+    return multipage_tiff([text_image([page_label(n, num_pages), "Fax transmission"], size=36)
+                           for n in range(1, num_pages + 1)])
+
+
 def as_array(image: Image.Image) -> np.ndarray:
     """BGR array, as OpenCV/PaddleOCR expect."""
     return np.ascontiguousarray(np.asarray(image.convert("RGB"))[:, :, ::-1])

@@ -99,6 +99,19 @@ def test_page_range_and_images_through_the_gateway(fleet):
     assert all_text(response.json()) == ["Gateway image passthrough"]
 
 
+def test_multipage_tiff_through_the_gateway_equals_one_worker(fleet):
+    tiff = b64(documents.labelled_tiff(3))
+    via_gateway = post_ocr(fleet["url"], {"file": tiff, "visualize": False})
+    direct = post_ocr(fleet["urls"][0], {"file": tiff, "visualize": False})
+    assert via_gateway.status_code == direct.status_code == 200
+    assert via_gateway.json()["result"] == direct.json()["result"]
+    assert via_gateway.json()["result"]["dataInfo"]["type"] == "tiff"
+    ranged = post_ocr(fleet["url"], {"file": tiff, "visualize": False, "pageRange": "2-3"})
+    assert ranged.status_code == 200
+    assert ranged.json()["result"]["dataInfo"]["pageIndices"] == [1, 2]
+    assert documents.has_page_label(all_text(ranged.json())[0], 2, 3)
+
+
 def test_streaming_returns_one_line_per_page_in_order_then_a_summary(fleet):
     pdf = documents.labelled_pdf(5, lines_per_page=0)
     response = requests.post(f"{fleet['url']}/ocr", json={"file": b64(pdf)}, timeout=120,
@@ -130,6 +143,15 @@ def test_bad_input_is_a_4xx_from_the_gateway_too(fleet):
     not_json = requests.post(f"{fleet['url']}/ocr", data=b"nope", timeout=10)
     assert not_json.status_code == 400 and not_json.json()["errorCode"] == 400
     assert requests.get(f"{fleet['url']}/ocr", timeout=10).status_code == 405
+
+
+def test_damaged_files_never_cause_a_5xx_at_the_gateway(fleet):
+    from tests.test_worker_bad_input import mutations
+
+    for name, data in mutations(seed=7, count=24):
+        response = post_ocr(fleet["url"], {"file": b64(data), "visualize": False}, timeout=120)
+        assert response.status_code == 200 or 400 <= response.status_code < 500, \
+            (name, response.status_code, response.text[:300])
 
 
 def test_gateway_readiness_and_metrics(fleet):

@@ -41,7 +41,7 @@ def reply(texts, sizes):
 def test_reassembly_orders_pages_and_builds_data_info():
     pages = (assemble.pages_from_reply(reply(["a"], [(10, 20)]), (0,), "pdf")
              + assemble.pages_from_reply(reply(["b", "c"], [(11, 21), (12, 22)]), (1, 2), "pdf"))
-    result = assemble.document_result("pdf", pages, page_range_given=False)
+    result = assemble.document_result(pages, page_range_given=False)
     assert [r["prunedResult"]["rec_texts"][0] for r in result["ocrResults"]] == ["a", "b", "c"]
     assert result["dataInfo"] == {"numPages": 3, "type": "pdf", "pages": [
         {"width": 10, "height": 20}, {"width": 11, "height": 21}, {"width": 12, "height": 22}]}
@@ -55,8 +55,8 @@ def test_a_reply_with_the_wrong_page_count_is_rejected():
 
 def test_partial_results_name_the_failed_pages():
     pages = (assemble.pages_from_reply(reply(["a"], [(10, 20)]), (0,), "pdf")
-             + assemble.failed_pages((1,), 502, "replica gone"))
-    result = assemble.document_result("pdf", pages, page_range_given=True)
+             + assemble.failed_pages((1,), 502, "replica gone", "pdf"))
+    result = assemble.document_result(pages, page_range_given=True)
     assert result["ocrResults"][1]["prunedResult"] is None
     assert result["ocrResults"][1]["error"] == {"errorCode": 502, "errorMsg": "replica gone"}
     assert result["failedPages"] == [{"pageIndex": 1, "errorCode": 502,

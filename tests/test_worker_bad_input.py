@@ -60,6 +60,7 @@ def encrypted_pdf() -> bytes:
 
 PNG = png_bytes()
 PDF = documents.labelled_pdf(2)
+TIFF = documents.labelled_tiff(3)
 
 CASES = {
     "not json": dict(data=b"{this is not json", headers={"Content-Type": "application/json"}),
@@ -79,6 +80,7 @@ CASES = {
     "truncated jpeg": dict(json={"file": b64(documents.to_jpeg(
         documents.text_image(["truncated"]))[:400]), "fileType": 1}),
     "garbage after png magic": dict(json={"file": b64(b"\x89PNG\r\n\x1a\n" + b"junk" * 50)}),
+    "truncated multipage tiff": dict(json={"file": b64(TIFF[: len(TIFF) * 2 // 3])}),
     "truncated pdf": dict(json={"file": b64(PDF[:300]), "fileType": 0}),
     "pdf header only": dict(json={"file": b64(b"%PDF-1.7\n%%EOF")}),
     "encrypted pdf": dict(json={"file": b64(encrypted_pdf())}),
@@ -136,3 +138,37 @@ def test_worker_still_healthy_and_correct_after_bad_input(worker_url):
     assert response.status_code == 200
     assert response.json()["result"]["ocrResults"][0]["prunedResult"]["rec_texts"] == [
         "healthy after errors"]
+
+
+def mutations(seed: int, count: int):
+    """Damaged copies of valid files: truncations, flipped bytes, overwritten runs."""
+    import random
+
+    rng = random.Random(seed)
+    originals = {"png": PNG, "pdf": PDF, "tiff": TIFF,
+                 "jpeg": documents.to_jpeg(documents.text_image(["fuzz"]))}
+    for index in range(count):
+        kind = list(originals)[index % len(originals)]
+        data = bytearray(originals[kind])
+        style = rng.choice(("truncate", "flip", "overwrite"))
+        if style == "truncate":
+            data = data[: rng.randint(8, len(data) - 1)]
+        elif style == "flip":
+            for _ in range(rng.randint(1, 20)):
+                position = rng.randint(8, len(data) - 1)
+                data[position] ^= 1 << rng.randint(0, 7)
+        else:
+            start = rng.randint(8, len(data) - 2)
+            data[start:start + rng.randint(1, 64)] = rng.randbytes(64)
+        yield f"{kind}-{style}-{index}", bytes(data)
+
+
+def test_damaged_files_never_cause_a_5xx(worker_url):
+    """A reproducible fuzz pass: each damaged file is answered 200 (still decodable) or a
+    4xx envelope; never a 5xx, never a hang, and the worker keeps serving."""
+    for name, data in mutations(seed=2026, count=48):
+        response = post_ocr(worker_url, {"file": b64(data), "visualize": False}, timeout=60)
+        assert response.status_code == 200 or 400 <= response.status_code < 500, \
+            (name, response.status_code, response.text[:300])
+        assert response.json()["errorCode"] in (0, response.status_code), name
+    assert requests.get(f"{worker_url}/readyz", timeout=5).status_code == 200

@@ -89,6 +89,17 @@ def test_scanned_pdf_and_multipart_upload(worker_url):
     assert "Scanned sheet 1" in texts[0] and "Scanned sheet 2" in texts[1]
 
 
+def test_multipage_tiff_gives_one_result_per_frame(worker_url):
+    response = post_ocr(worker_url, {"file": b64(documents.labelled_tiff(3)), "fileType": 1,
+                                     "visualize": False})
+    assert response.status_code == 200
+    body = response.json()
+    info = body["result"]["dataInfo"]
+    assert info["type"] == "tiff" and info["numPages"] == 3 and len(info["pages"]) == 3
+    for number, text in enumerate(all_text(body), start=1):
+        assert documents.has_page_label(text, number, 3), text
+
+
 def test_detection_parameters_reach_the_pipeline(worker_url):
     image = documents.text_image(["Quarterly budget report"])
     body = {"file": b64(documents.to_png(image)), "textDetThresh": 0.25,

@@ -45,9 +45,10 @@ def image_data_info(width: int, height: int) -> dict[str, Any]:
     return {"width": width, "height": height, "type": "image"}
 
 
-def pdf_data_info(page_sizes: list[tuple[int, int]]) -> dict[str, Any]:
+def pages_data_info(kind: str, page_sizes: list[tuple[int, int]]) -> dict[str, Any]:
+    """PaddleX's PDFInfo (kind "pdf") or TIFFInfo (kind "tiff")."""
     return {
         "numPages": len(page_sizes),
         "pages": [{"width": w, "height": h} for w, h in page_sizes],
-        "type": "pdf",
+        "type": kind,
     }

@@ -18,14 +18,18 @@ import numpy as np
 import pypdfium2 as pdfium
 from PIL import Image
 
-from services.ocr_api.errors import too_large, unprocessable
+from services.ocr_api.errors import ApiError, too_large, unprocessable
 from services.ocr_api.request import OcrRequest, resolve_page_range
 from services.ocr_api.sniff import KIND_PDF
 
+KIND_TIFF = "tiff"
+
 PDFIUM_LOCK = threading.Lock()
 
-# We check pixel counts ourselves, against the configured limit.
+# We check pixel counts ourselves, against the configured limit; PIL's warnings about corrupt
+# files become our 422s instead (a process-wide filter: catch_warnings is not thread-safe).
 Image.MAX_IMAGE_PIXELS = None
+warnings.filterwarnings("ignore", module=r"PIL\.")
 
 
 @dataclass(frozen=True)
@@ -75,8 +79,9 @@ class PdfDocument(Document):
 
     def _render(self, index: int) -> np.ndarray:
         with PDFIUM_LOCK:
-            page = self._pdf[index]
+            page = None
             try:
+                page = self._pdf[index]
                 width_pt, height_pt = page.get_size()
                 scale = render_scale(width_pt, height_pt, index, self._limits)
                 bitmap = page.render(scale=scale)
@@ -88,7 +93,8 @@ class PdfDocument(Document):
                 raise unprocessable(f"Page {index + 1} of the PDF cannot be rendered ({exc}): "
                                     "the file is damaged") from None
             finally:
-                page.close()
+                if page is not None:
+                    page.close()
         if image.ndim == 3 and image.shape[2] == 4:
             image = cv2.cvtColor(image, cv2.COLOR_BGRA2BGR)
         elif image.ndim == 2:
@@ -115,27 +121,74 @@ def render_scale(width_pt: float, height_pt: float, index: int, limits: DecodeLi
     return scale
 
 
+class TiffDocument(Document):
+    """A multi-page TIFF (a fax, a scanner's batch): one page per frame, as PaddleX reads it."""
+
+    def __init__(self, data: bytes, total_pages: int, page_indices: list[int],
+                 limits: DecodeLimits):
+        self.kind = KIND_TIFF
+        self.total_pages = total_pages
+        self.page_indices = page_indices
+        self._data = data
+        self._limits = limits
+
+    def pages(self) -> Iterator[np.ndarray]:
+        with Image.open(io.BytesIO(self._data)) as tiff:
+            for index in self.page_indices:
+                try:
+                    tiff.seek(index)
+                    width, height = tiff.size
+                    _check_pixels(width, height, self._limits.max_pixels, f"Page {index + 1}")
+                    frame = tiff.convert("RGB")
+                except ApiError:
+                    raise
+                except Exception as exc:  # PIL raises many types on corrupt data
+                    raise unprocessable(f"Page {index + 1} of the TIFF cannot be decoded "
+                                        f"({exc}): the file is truncated or corrupt") from None
+                yield cv2.cvtColor(np.asarray(frame), cv2.COLOR_RGB2BGR)
+
+
 def open_document(request: OcrRequest, limits: DecodeLimits) -> Document:
     if request.kind == KIND_PDF:
         return _open_pdf(request, limits)
+    frames = _tiff_frame_count(request.file_bytes)
+    if frames > 1:
+        indices = resolve_page_range(request.page_range, frames)
+        if len(indices) > limits.max_pages:
+            raise too_large(f"The request selects {len(indices)} TIFF pages, over this "
+                            f"server's limit of {limits.max_pages}")
+        return TiffDocument(request.file_bytes, frames, indices, limits)
     resolve_page_range(request.page_range, 1)
     return ImageDocument(decode_image(request.file_bytes, limits.max_pixels))
 
 
+def _tiff_frame_count(data: bytes) -> int:
+    if data[:4] not in (b"II*\x00", b"MM\x00*"):
+        return 1
+    try:
+        with Image.open(io.BytesIO(data)) as tiff:
+            return getattr(tiff, "n_frames", 1)
+    except Exception as exc:  # PIL raises many types on corrupt data
+        raise unprocessable(f"The TIFF cannot be decoded ({exc}): the file is truncated or "
+                            "corrupt") from None
+
+
+def _check_pixels(width: int, height: int, max_pixels: int, what: str = "The image") -> None:
+    if width <= 0 or height <= 0:
+        raise unprocessable(f"{what} has no pixels")
+    if width * height > max_pixels:
+        raise unprocessable(f"{what} is {width} x {height} = {width * height} pixels, over "
+                            f"this server's limit of {max_pixels}: downscale it or split it")
+
+
 def decode_image(data: bytes, max_pixels: int) -> np.ndarray:
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            with Image.open(io.BytesIO(data)) as header:
-                width, height = header.size
-                if width <= 0 or height <= 0:
-                    raise unprocessable("The image has no pixels")
-                if width * height > max_pixels:
-                    raise unprocessable(
-                        f"The image is {width} x {height} = {width * height} pixels, over this "
-                        f"server's limit of {max_pixels}: downscale it or split it")
-                header.load()  # full decode: catches truncated and corrupt files
-    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as exc:
+        with Image.open(io.BytesIO(data)) as header:
+            _check_pixels(*header.size, max_pixels)
+            header.load()  # full decode: catches truncated and corrupt files
+    except ApiError:
+        raise
+    except Exception as exc:  # PIL raises many types on corrupt data
         raise unprocessable(f"The image cannot be decoded ({exc}): the file is truncated or "
                             "corrupt") from None
     image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)

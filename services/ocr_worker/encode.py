@@ -52,7 +52,8 @@ def encode_page(output: PageOutput, input_image: np.ndarray, visualize: bool) ->
 
 
 def data_info(kind: str, page_sizes: list[tuple[int, int]]) -> dict[str, Any]:
+    """PaddleX's ImageInfo, PDFInfo or TIFFInfo."""
     if kind == "image":
         width, height = page_sizes[0]
         return envelope.image_data_info(width, height)
-    return envelope.pdf_data_info(page_sizes)
+    return envelope.pages_data_info(kind, page_sizes)
