@@ -3,11 +3,8 @@ replicas), long request timeouts for big PDFs, multiprocess-aware Prometheus met
 
 Run: gunicorn -c gateway/gunicorn.conf.py gateway.wsgi:app"""
 
-import os
-import shutil
-import tempfile
-
 from gateway.config import GatewayServerSettings
+from services.flask_common.prometheus import mark_process_dead, prepare_multiprocess_dir
 
 _settings = GatewayServerSettings.from_env()
 _host, _port = _settings.host, _settings.port
@@ -25,11 +22,7 @@ errorlog = "-"
 loglevel = "warning"
 proc_name = f"ocr-gateway-{_port}"
 
-_metrics_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.path.join(
-    tempfile.gettempdir(), f"ocrfleet-gateway-metrics-{_host}-{_port}")
-shutil.rmtree(_metrics_dir, ignore_errors=True)
-os.makedirs(_metrics_dir, exist_ok=True)
-os.environ["PROMETHEUS_MULTIPROC_DIR"] = _metrics_dir
+prepare_multiprocess_dir("gateway", _host, _port)
 
 
 def worker_exit(server, worker):
@@ -40,6 +33,4 @@ def worker_exit(server, worker):
 
 
 def child_exit(server, worker):
-    from prometheus_client import multiprocess
-
-    multiprocess.mark_process_dead(worker.pid)
+    mark_process_dead(worker.pid)

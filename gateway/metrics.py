@@ -1,13 +1,9 @@
-"""The gateway's Prometheus metrics and the /metrics payload (multiprocess-aware, as in the
-worker: PROMETHEUS_MULTIPROC_DIR is set by gunicorn.conf.py before this is imported)."""
+"""The gateway's Prometheus metrics (served by services.flask_common's /metrics, aggregated
+over gunicorn processes as in the worker)."""
 
 from __future__ import annotations
 
-import os
-
-from prometheus_client import (CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Gauge,
-                               Histogram, generate_latest)
-from prometheus_client import multiprocess
+from prometheus_client import Counter, Gauge, Histogram
 
 LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128, 256, 600)
 
@@ -32,11 +28,3 @@ def record_replicas(replicas, now: float) -> None:
     REPLICAS.labels("ready").set(ready)
     REPLICAS.labels("ejected").set(ejected)
     REPLICAS.labels("known").set(len(replicas))
-
-
-def render() -> tuple[bytes, str]:
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
-        return generate_latest(registry), CONTENT_TYPE_LATEST
-    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST

@@ -68,11 +68,12 @@ class GatewayService:
                           if config.allow_url_input else None)
 
     def start(self) -> None:
-        self.replicas.start_background(self.config.dns_refresh_s, self.config.health_interval_s)
+        self.replicas.start_background(
+            self.config.dns_refresh_s, self.config.health_interval_s,
+            after_probe=lambda replicas: metrics.record_replicas(replicas, time.monotonic()))
 
     def readiness(self) -> tuple[bool, str]:
         replicas = self.replicas.replicas()
-        metrics.record_replicas(replicas, time.monotonic())
         if self.replicas.any_ready():
             ready = sum(1 for r in replicas if r.ready)
             return True, f"{ready} of {len(replicas)} replica(s) ready"

@@ -154,7 +154,10 @@ class ReplicaSet:
         now = self._clock()
         return any(r.ready and r.ejected_until <= now for r in self.replicas())
 
-    def start_background(self, refresh_s: float, health_s: float) -> None:
+    def start_background(self, refresh_s: float, health_s: float,
+                         after_probe: Callable[[list[Replica]], None] = lambda _: None) -> None:
+        """Re-resolve (DNS mode) and probe every replica's readiness in a daemon thread;
+        `after_probe` sees the replica list after each round (for metrics)."""
         def loop():
             next_refresh = 0.0
             while not self._stop.is_set():
@@ -163,6 +166,7 @@ class ReplicaSet:
                     next_refresh = self._clock() + refresh_s
                 try:
                     self.probe_all()
+                    after_probe(self.replicas())
                 except Exception:
                     log.exception("health probe failed")
                 self._stop.wait(min(health_s, refresh_s) if self.mode == MODE_DNS else health_s)

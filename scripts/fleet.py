@@ -34,6 +34,17 @@ def free_port(host: str = "127.0.0.1") -> int:
             return port
 
 
+def free_port_block(count: int, host: str = "127.0.0.1") -> int:
+    """The first of `count` consecutive free ports, all marked as handed out."""
+    while True:
+        base = free_port(host)
+        block = range(base, base + count)
+        if base + count <= 65535 and not any(p in _handed_out for p in block[1:]) \
+                and not any(port_is_taken(p, host) for p in block[1:]):
+            _handed_out.update(block)
+            return base
+
+
 def port_is_taken(port: int, host: str = "127.0.0.1") -> bool:
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

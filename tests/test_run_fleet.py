@@ -14,7 +14,7 @@ import requests
 
 from deploy.nginx import render as nginx
 from loadtest import documents
-from scripts.fleet import REPO_ROOT, free_port, http_status
+from scripts.fleet import REPO_ROOT, free_port, free_port_block, http_status
 from tests.conftest import b64
 
 
@@ -31,13 +31,6 @@ def ports_args(worker, nginx_port, gateway):
             "--gateway-port", str(gateway)]
 
 
-def consecutive_free_ports(count):
-    while True:
-        base = free_port()
-        if all(not _taken(base + i) for i in range(count)):
-            return base
-
-
 def _taken(port):
     with socket.socket() as sock:
         return sock.connect_ex(("127.0.0.1", port)) == 0
@@ -47,7 +40,7 @@ def _taken(port):
 def test_fleet_comes_up_serves_and_stops_on_sigterm(with_nginx):
     if with_nginx and nginx.find_nginx() is None:
         pytest.skip("nginx is not installed")
-    worker, nginx_port, gateway = consecutive_free_ports(2), free_port(), free_port()
+    worker, nginx_port, gateway = free_port_block(2), free_port(), free_port()
     args = ports_args(worker, nginx_port, gateway) + ([] if with_nginx else ["--no-nginx"])
     process = launch(*args)
     try:

@@ -1,35 +1,92 @@
-"""Flask glue both services share: reading an /ocr body (JSON or multipart) into fields,
-answering every error (ours, Flask's 404/405/413, and unexpected ones) as a PaddleX JSON
-envelope with `errorCode` equal to the HTTP status, and never a stack trace."""
+"""Flask glue both services share: the app skeleton (request logIds, /healthz, /readyz,
+/metrics, body limits), reading an /ocr body (JSON or multipart) into fields, and answering
+every error (ours, Flask's 404/405/413, and unexpected ones) as a PaddleX JSON envelope with
+`errorCode` equal to the HTTP status, never a stack trace."""
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+import time
+from typing import Any, Callable
 
-from flask import Flask, Response, jsonify, request
+from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from services.ocr_api import envelope
+from services.ocr_api.envelope import new_log_id, usable_log_id
 from services.ocr_api.errors import ApiError, unprocessable
 from services.ocr_api.logs import current_log_id
 from services.ocr_api.request import form_fields_to_json, parse_json_body
 
+from .prometheus import render_metrics
+
 log = logging.getLogger("http")
 
 
+def create_service_app(name: str, *, max_file_bytes: int,
+                       readiness: Callable[[], tuple[bool, str, dict[str, Any]]],
+                       record_request: Callable[[int, float], None]) -> Flask:
+    """A Flask app with what both services share; the caller adds POST /ocr.
+    `readiness()` -> (ready, why, extra fields for /readyz); `record_request(status, seconds)`
+    is called once per /ocr answer that is not streamed."""
+    app = Flask(name)
+    app.json.sort_keys = False  # keep PaddleX's field order
+    max_body = max_file_bytes * 4 // 3 + 1024 * 1024  # base64 and JSON/multipart overhead
+    app.config["MAX_CONTENT_LENGTH"] = max_body
+    app.config["MAX_FORM_MEMORY_SIZE"] = max_body
+    install_error_handlers(app, max_body)
+
+    @app.before_request
+    def _begin():
+        g.started = time.monotonic()
+        g.log_id = usable_log_id(request.headers.get("X-Log-Id")) or new_log_id()
+        current_log_id.set(g.log_id)
+
+    @app.after_request
+    def _finish(response: Response):
+        if request.path == "/ocr" and not response.is_streamed:
+            record_request(response.status_code, time.monotonic() - g.started)
+        response.headers["X-Log-Id"] = current_log_id.get() or ""
+        return response
+
+    @app.get("/healthz")
+    def healthz():
+        return json_response(envelope.no_result(g.log_id, 0, "Healthy"))
+
+    @app.get("/readyz")
+    def readyz():
+        ready, why, extra = readiness()
+        if not ready:
+            raise ApiError(503, f"Not ready: {why}")
+        return json_response({**envelope.no_result(g.log_id, 0, "Ready"), **extra})
+
+    @app.get("/metrics")
+    def prometheus_metrics():
+        payload, content_type = render_metrics()
+        return Response(payload, content_type=content_type)
+
+    return app
+
+
 def read_ocr_fields() -> tuple[dict[str, Any], bytes | None]:
-    """(fields, uploaded file bytes or None) from a JSON or multipart/form-data body."""
+    """(fields, uploaded file bytes or None) from a JSON or multipart/form-data body; without
+    a usable logId of its own the request takes the one from X-Log-Id (or a new one)."""
     if request.mimetype == "multipart/form-data":
         upload = request.files.get("file")
         fields = form_fields_to_json(request.form.to_dict())
-        if upload is None:
-            if "file" in fields:
-                return fields, None
+        if upload is None and "file" not in fields:
             raise unprocessable("multipart/form-data request without a 'file' part: "
                                 "send -F file=@document.pdf")
-        return fields, upload.read()
-    return parse_json_body(request.get_data(cache=False)), None
+        file_bytes = upload.read() if upload is not None else None
+    else:
+        fields, file_bytes = parse_json_body(request.get_data(cache=False)), None
+    if usable_log_id(fields.get("logId")) is None:
+        fields["logId"] = g.log_id
+    return fields, file_bytes
+
+
+def outcome_of(status: int) -> str:
+    return "ok" if status < 400 else ("rejected" if status in (429, 503) else "error")
 
 
 def json_response(body: dict[str, Any], status: int = 200,

@@ -5,10 +5,9 @@ SIGTERM (refuse new work, finish what was admitted), multiprocess-aware Promethe
 Run: gunicorn -c services/ocr_worker/gunicorn.conf.py services.ocr_worker.wsgi:app"""
 
 import os
-import shutil
 import signal
-import tempfile
 
+from services.flask_common.prometheus import mark_process_dead, prepare_multiprocess_dir
 from services.ocr_worker.config import WorkerServerSettings
 
 _settings = WorkerServerSettings.from_env()
@@ -31,11 +30,7 @@ proc_name = f"ocr-worker-{_port}"
 
 # Prometheus multiprocess mode: set before prometheus_client is imported by the app (wiped here
 # in the master at start).
-_metrics_dir = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.path.join(
-    tempfile.gettempdir(), f"ocrfleet-worker-metrics-{_host}-{_port}")
-shutil.rmtree(_metrics_dir, ignore_errors=True)
-os.makedirs(_metrics_dir, exist_ok=True)
-os.environ["PROMETHEUS_MULTIPROC_DIR"] = _metrics_dir
+prepare_multiprocess_dir("worker", _host, _port)
 
 # One device per process: with CUDA_VISIBLE_DEVICES_LIST="0,1", worker i sees card i only
 # (as gpu:0 inside). Without it, CUDA_VISIBLE_DEVICES from the environment applies to all.
@@ -71,6 +66,4 @@ def worker_exit(server, worker):
 
 
 def child_exit(server, worker):
-    from prometheus_client import multiprocess
-
-    multiprocess.mark_process_dead(worker.pid)
+    mark_process_dead(worker.pid)

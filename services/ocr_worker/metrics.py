@@ -1,14 +1,10 @@
-"""The worker's Prometheus metrics and the /metrics payload. Under gunicorn with several
-processes, PROMETHEUS_MULTIPROC_DIR is set (by gunicorn.conf.py) before this module is imported
-and each scrape aggregates all processes through a fresh MultiProcessCollector registry."""
+"""The worker's Prometheus metrics (served by services.flask_common's /metrics, aggregated
+over gunicorn processes through PROMETHEUS_MULTIPROC_DIR, which gunicorn.conf.py sets before
+this module is imported)."""
 
 from __future__ import annotations
 
-import os
-
-from prometheus_client import (CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, Counter, Gauge,
-                               Histogram, generate_latest)
-from prometheus_client import multiprocess
+from prometheus_client import Counter, Gauge, Histogram
 
 STAGE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64)
 REQUEST_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128, 256, 600)
@@ -57,11 +53,3 @@ def observe_batcher(event: str, value) -> None:
 def set_engine_info(info: dict[str, str]) -> None:
     ENGINE_INFO.labels(info.get("engine", ""), info.get("backend", ""), info.get("device", ""),
                        info.get("det_model", ""), info.get("rec_model", "")).set(1)
-
-
-def render() -> tuple[bytes, str]:
-    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)
-        return generate_latest(registry), CONTENT_TYPE_LATEST
-    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
