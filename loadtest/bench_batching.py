@@ -1,0 +1,66 @@
+"""Does batching pages from concurrent requests help on this machine? One real-engine worker
+(1 thread) with OCR_MAX_BATCH=4, OCR_BATCH_WAIT_MS=5 vs OCR_MAX_BATCH=1, 4 clients in flight
+sending small text images; pages/s and median latency of each. No goal: the figure decides the
+default (OCR_MAX_BATCH=1 unless batching wins).
+
+Knob: BENCH_BATCH_REQUESTS (300 per setting)."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from loadtest import figures, local_fleet, report
+from loadtest.loadgen import run_closed_loop
+from loadtest.payloads import small_image_payloads
+
+SETTINGS = {"batch 1": {"OCR_MAX_BATCH": "1", "OCR_BATCH_WAIT_MS": "0"},
+            "batch 4, wait 5 ms": {"OCR_MAX_BATCH": "4", "OCR_BATCH_WAIT_MS": "5"}}
+
+
+def run(requests_total: int, log_dir: Path, clients: int = 4,
+        base_env: dict[str, str] | None = None) -> dict[str, Any]:
+    payloads = small_image_payloads(16, seed=500)
+    results = {}
+    for name, extra in SETTINGS.items():
+        env = {**(base_env or local_fleet.real_worker_env(1)), **extra}
+        with local_fleet.workers(1, env, log_dir, name=name.split(",")[0].replace(" ", "")) \
+                as (worker,):
+            url = local_fleet.url_of(worker)
+            run_closed_loop(url, payloads, clients, total_requests=2 * clients)  # warm-up
+            load = run_closed_loop(url, payloads, clients, total_requests=requests_total)
+        times = [c.finished for c in load.completions if c.ok]
+        latencies = [c.finished - c.started for c in load.completions if c.ok]
+        results[name] = {"env": extra, "answered": load.ok_count,
+                         "failures": load.failure_count,
+                         "pages_per_s": figures.rate_from_completions(times),
+                         "latency_p50_s": statistics.median(latencies)}
+    first, second = results.values()
+    return {"engine": (base_env or {}).get("OCR_ENGINE", "paddleocr"), "clients": clients,
+            "document": "small text images", "settings": results,
+            "speedup": second["pages_per_s"] / first["pages_per_s"], **report.stamp()}
+
+
+def rows(result: dict[str, Any]) -> list[list[Any]]:
+    one, four = result["settings"]["batch 1"], result["settings"]["batch 4, wait 5 ms"]
+    return [["batching: max batch 4 (5 ms wait) vs 1, "
+             f"{result['clients']} clients, small images",
+             f"{four['pages_per_s']:.1f} vs {one['pages_per_s']:.1f} pages/s = "
+             f"{result['speedup']:.2f}x (p50 {four['latency_p50_s'] * 1000:.0f} vs "
+             f"{one['latency_p50_s'] * 1000:.0f} ms)", "(informative)", "-"]]
+
+
+def main() -> int:
+    total = int(os.environ.get("BENCH_BATCH_REQUESTS") or 300)
+    result = run(total, report.results_dir() / "logs" / "batching")
+    path = report.write_json("batching.json", result)
+    print(report.table(["benchmark", "measured", "goal", "verdict"], rows(result)))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

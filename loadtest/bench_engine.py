@@ -1,0 +1,203 @@
+"""Real-engine benchmarks on this machine (PP-OCRv6 tiny, onnxruntime, CPU), dense A4 pages at
+150 DPI sent as PNG straight to the workers' HTTP API:
+
+- engine scaling: pages/s of 1 worker x 1 thread vs 2 workers x 1 thread (goal >= 1.8x on
+  2 cores);
+- serving overhead: pages/s through one worker's HTTP API vs the same engine called in-process
+  (loadtest/inprocess_engine.py: same images, same thread count; goal >= 0.97).
+
+Each worker gets 2 requests in flight (one being inferred, the next decoded and queued) after
+one untimed warm-up page. A worker's rate is taken from its completion times (first to last),
+which leaves out the pipeline filling up; a fleet's rate is the sum over its workers. Each
+run records how many cores other processes used meanwhile (this machine is shared); a run they
+loaded by more than 0.15 cores is measured again (BENCH_QUIET_TRIES, default 2 tries) and the
+least disturbed one is kept.
+
+The runs are interleaved in rounds (see run()) and two in-process engines at once give the
+machine's own 2-core scaling for reference.
+
+Knobs: BENCH_DENSE_PAGES (8 per worker), BENCH_QUIET_TRIES (2), BENCH_ENGINE_ROUNDS (2)."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Callable
+
+from loadtest import figures, local_fleet, procstats, report
+from loadtest.loadgen import LoadResult, run_closed_loop
+from loadtest.payloads import dense_page_payloads
+from scripts.fleet import REPO_ROOT
+
+
+def per_worker_rate(load: LoadResult) -> float:
+    """Sum over workers of each worker's first-to-last completion rate."""
+    times: dict[str, list[float]] = defaultdict(list)
+    for completion in load.completions:
+        if completion.ok:
+            times[completion.replica].append(completion.finished)
+    return sum(figures.rate_from_completions(t) for t in times.values())
+
+
+def http_rate(workers: list, pages_per_worker: int, in_flight: int = 2) -> dict[str, Any]:
+    """Pages/s of these worker processes, each sent dense pages directly."""
+    urls = [local_fleet.url_of(w) for w in workers]
+    payloads = dense_page_payloads(2)
+    warm = run_closed_loop(urls, payloads, len(urls), total_requests=len(urls), timeout=300)
+
+    def own_cpu() -> float:
+        pids = [pid for w in workers for pid in procstats.group_pids(w.pid)]
+        return procstats.cpu_seconds(pids) + time.process_time()
+
+    with procstats.ForeignLoad(own_cpu) as foreign:
+        load = run_closed_loop(urls, payloads, in_flight * len(urls),
+                               total_requests=pages_per_worker * len(urls), timeout=300)
+    return {"workers": len(urls), "pages": load.ok_count, "pages_per_s": per_worker_rate(load),
+            "failures": load.failure_count + warm.failure_count,
+            "failure_kinds": dict(load.failures.most_common(3)),
+            "other_load_cores": round(foreign.cores, 2)}
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime + time.process_time()
+
+
+def inprocess_rate(pages: int, threads: int = 1) -> dict[str, Any]:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    with procstats.ForeignLoad(_children_cpu) as foreign:
+        out = subprocess.run([sys.executable, "-m", "loadtest.inprocess_engine", "--threads",
+                              str(threads), "--pages", str(pages)], cwd=REPO_ROOT, env=env,
+                             capture_output=True, text=True, timeout=900, check=True)
+    # (model loading is inside the window: the figure shows other processes' load, roughly)
+    return {**json.loads(out.stdout.strip().splitlines()[-1]),
+            "other_load_cores": round(foreign.cores, 2)}
+
+
+QUIET_CORES = 0.15  # other processes' load above which a run is measured again
+
+
+def least_disturbed(measure: Callable[[], dict[str, Any]], tries: int) -> dict[str, Any]:
+    """Measure; while other processes loaded the machine (shared, 2 cores) and tries are left,
+    measure again; keep the run they disturbed least. The choice looks only at the other load,
+    never at the figure, so it cannot favour a goal."""
+    runs = [measure()]
+    while runs[-1].get("other_load_cores", 0.0) > QUIET_CORES and len(runs) < tries:
+        print(f"  (other processes used {runs[-1]['other_load_cores']:.2f} cores: measuring "
+              "again)", file=sys.stderr, flush=True)
+        runs.append(measure())
+    best = min(runs, key=lambda run: run.get("other_load_cores", 0.0))
+    return {**best, "tries": len(runs)}
+
+
+def inprocess_pair(pages: int, threads: int = 1) -> dict[str, Any]:
+    """Two in-process engines at once, one per core: what this machine gives two engines with
+    no serving at all (the reference for the 2-worker figure)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    command = [sys.executable, "-m", "loadtest.inprocess_engine", "--threads", str(threads),
+               "--pages", str(pages)]
+    with procstats.ForeignLoad(_children_cpu) as foreign:
+        processes = [subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL, text=True) for _ in range(2)]
+        outputs = [process.communicate(timeout=900)[0] for process in processes]
+    runs = [json.loads(out.strip().splitlines()[-1]) for out in outputs]
+    return {"pages_per_s": sum(r["pages_per_s"] for r in runs), "runs": runs,
+            "other_load_cores": round(foreign.cores, 2)}
+
+
+def _say(label: str, result: dict[str, Any]) -> None:
+    print(f"  {label}: {result['pages_per_s']:.3f} pages/s", file=sys.stderr, flush=True)
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def run(pages_per_worker: int, log_dir: Path, tries: int = 2, rounds: int = 2
+        ) -> dict[str, Any]:
+    """Both figures, from interleaved rounds (in-process engine, 1 worker, 2 workers; then the
+    in-process engine once more): this VM's speed drifts by several per cent over minutes, so
+    each ratio compares runs taken side by side. The 2-worker figure is the mean of the rounds'
+    ratios; the serving ratio is the mean 1-worker HTTP rate over the mean in-process rate.
+    Finally two in-process engines run at once, for reference."""
+    inproc, rows = [], []
+    with local_fleet.workers(2, local_fleet.real_worker_env(1), log_dir, name="real") as pool:
+        for number in range(1, rounds + 1):
+            inproc.append(least_disturbed(lambda: inprocess_rate(pages_per_worker), tries))
+            _say(f"round {number}: in-process engine", inproc[-1])
+            one = least_disturbed(lambda: http_rate(pool[:1], pages_per_worker), tries)
+            _say(f"round {number}: 1 worker over HTTP", one)
+            two = least_disturbed(lambda: http_rate(pool, pages_per_worker), tries)
+            _say(f"round {number}: 2 workers over HTTP", two)
+            rows.append({"one": one, "two": two, "ratio": two["pages_per_s"] /
+                         one["pages_per_s"]})
+        inproc.append(least_disturbed(lambda: inprocess_rate(pages_per_worker), tries))
+        _say("in-process engine", inproc[-1])
+    pair = least_disturbed(lambda: inprocess_pair(pages_per_worker), tries)
+    _say("two in-process engines at once", pair)
+    one_pps = _mean([r["one"]["pages_per_s"] for r in rows])
+    two_pps = _mean([r["two"]["pages_per_s"] for r in rows])
+    inproc_pps = _mean([r["pages_per_s"] for r in inproc])
+    return {
+        "engine": "paddleocr PP-OCRv6 tiny, onnxruntime, CPU",
+        "document": "dense A4 page, 150 DPI, PNG, visualize false",
+        "threads_per_worker": 1,
+        "pages_per_worker": pages_per_worker,
+        "rounds": rows,
+        "inprocess": {"pages_per_s": inproc_pps, "runs": inproc},
+        "inprocess_pair": pair,
+        "http_1_worker": {"pages_per_s": one_pps,
+                          "failures": sum(r["one"]["failures"] for r in rows)},
+        "http_2_workers": {"pages_per_s": two_pps,
+                           "failures": sum(r["two"]["failures"] for r in rows)},
+        "scaling_2_vs_1": _mean([r["ratio"] for r in rows]),
+        "scaling_goal": figures.ENGINE_SCALING_GOAL,
+        "machine_scaling_2_vs_1": pair["pages_per_s"] / inproc_pps,
+        "serving_ratio": one_pps / inproc_pps,
+        "serving_goal": figures.SERVING_OVERHEAD_GOAL,
+        **report.stamp(),
+    }
+
+
+def _noise(*runs: dict[str, Any]) -> str:
+    worst = max(run.get("other_load_cores", 0.0) for run in runs)
+    return f" [other load {worst:.1f} cores]" if worst >= 0.1 else ""
+
+
+def rows(result: dict[str, Any]) -> list[list[Any]]:
+    scaling, serving = result["scaling_2_vs_1"], result["serving_ratio"]
+    one, two, inproc = result["http_1_worker"], result["http_2_workers"], result["inprocess"]
+    runs = [r[k] for r in result["rounds"] for k in ("one", "two")]
+    per_round = ", ".join(f"{r['ratio']:.2f}x" for r in result["rounds"])
+    return [
+        ["real engine: 2 workers vs 1 (x1 thread), dense A4",
+         f"{two['pages_per_s']:.3f} vs {one['pages_per_s']:.3f} pages/s = {scaling:.2f}x "
+         f"(rounds {per_round}; 2 engines in-process {result['machine_scaling_2_vs_1']:.2f}x)"
+         + _noise(*runs),
+         f">= {result['scaling_goal']}x", figures.verdict(scaling >= result["scaling_goal"])],
+        ["serving overhead: HTTP / in-process, 1 thread",
+         f"{one['pages_per_s']:.3f} / {inproc['pages_per_s']:.3f} pages/s = {serving:.3f}"
+         + _noise(*runs, *inproc["runs"]),
+         f">= {result['serving_goal']}", figures.verdict(serving >= result["serving_goal"])],
+    ]
+
+
+def main() -> int:
+    pages = int(os.environ.get("BENCH_DENSE_PAGES") or 8)
+    tries = int(os.environ.get("BENCH_QUIET_TRIES") or 2)
+    rounds = int(os.environ.get("BENCH_ENGINE_ROUNDS") or 2)
+    result = run(pages, report.results_dir() / "logs" / "engine", tries, rounds)
+    path = report.write_json("engine.json", result)
+    print(report.table(["benchmark", "measured", "goal", "verdict"], rows(result)))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""Worker memory under a long run: one real-engine worker (PP-OCRv6 tiny, 1 thread) answers
+2,000 small text images (16 different sizes and texts, 2 in flight), and the resident memory
+(VmRSS) of its gunicorn worker process — the forked child that holds the model, not the master —
+is sampled every 100 answers. Growth is measured after warm-up: RSS at answer 2,000 vs at
+answer 200 (goal < 5 %).
+
+Knobs: BENCH_SOAK_REQUESTS (2000), BENCH_SOAK_BASELINE (200)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from loadtest import figures, local_fleet, procstats, report
+from loadtest.loadgen import run_closed_loop
+from loadtest.payloads import small_image_payloads
+
+
+def run(requests_total: int, baseline_at: int, log_dir: Path, sample_every: int = 100,
+        env: dict[str, str] | None = None) -> dict[str, Any]:
+    payloads = small_image_payloads(16, seed=300)
+    samples: list[tuple[int, int]] = []
+    lock = threading.Lock()
+    env = env or local_fleet.real_worker_env(1)
+    with local_fleet.workers(1, env, log_dir, name="soak") as (worker,):
+        child = procstats.gunicorn_worker_pid(worker.pid)
+        start_kib = procstats.rss_kib(child)
+
+        def sample(number: int, _completion) -> None:
+            if number % sample_every == 0 or number == baseline_at:
+                with lock:
+                    samples.append((number, procstats.rss_kib(child)))
+
+        load = run_closed_loop(local_fleet.url_of(worker), payloads, 2,
+                               total_requests=requests_total, timeout=60, on_complete=sample)
+        master_kib = procstats.rss_kib(worker.pid)
+    samples.sort()
+    by_number = dict(samples)
+    base = by_number.get(baseline_at) or samples[0][1]
+    end = samples[-1][1]
+    return {
+        "engine": env.get("OCR_ENGINE", "paddleocr"),
+        "requests": requests_total,
+        "answered": load.ok_count,
+        "failures": load.failure_count,
+        "failure_kinds": dict(load.failures.most_common(3)),
+        "pages_per_s": load.ok_count / load.wall_s,
+        "rss_kib_at_start": start_kib,
+        "rss_kib_baseline": base,
+        "baseline_at": baseline_at,
+        "rss_kib_end": end,
+        "rss_growth": figures.growth(base, end),
+        "rss_growth_goal": figures.RSS_GROWTH_GOAL,
+        "master_rss_kib": master_kib,
+        "samples": [{"answered": n, "rss_kib": kib} for n, kib in samples],
+        **report.stamp(),
+    }
+
+
+def rows(result: dict[str, Any]) -> list[list[Any]]:
+    growth = result["rss_growth"]
+    return [[f"worker RSS, {result['requests']}-request soak (small images)",
+             f"{result['rss_kib_baseline'] / 1024:.0f} MiB at {result['baseline_at']} -> "
+             f"{result['rss_kib_end'] / 1024:.0f} MiB at {result['requests']} = "
+             f"{growth * 100:+.1f} %",
+             f"< {result['rss_growth_goal'] * 100:.0f} %",
+             figures.verdict(growth < result["rss_growth_goal"] and not result["failures"])]]
+
+
+def main() -> int:
+    total = int(os.environ.get("BENCH_SOAK_REQUESTS") or 2000)
+    baseline = int(os.environ.get("BENCH_SOAK_BASELINE") or 200)
+    result = run(total, baseline, report.results_dir() / "logs" / "soak")
+    path = report.write_json("soak.json", result)
+    print(report.table(["benchmark", "measured", "goal", "verdict"], rows(result)))
+    print(f"wrote {path}")
+    return 1 if result["failures"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

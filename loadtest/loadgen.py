@@ -1,0 +1,146 @@
+"""A closed-loop load generator for the benchmarks: `concurrency` threads, each with its own
+keep-alive requests.Session, send prepared payloads back to back and check every answer
+(loadtest/checks.py). It runs for a fixed time after a warm-up, or for a fixed number of
+requests, and records when each answer came back, so the caller can compute a steady-state rate.
+It also reports its own CPU use, to show it was not the bottleneck."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable
+
+import requests
+
+from loadtest.checks import WrongAnswer, check_ocr_response
+from loadtest.figures import windowed_rate
+from loadtest.payloads import JSON_HEADERS, Payload
+
+
+@dataclass
+class Completion:
+    started: float
+    finished: float
+    pages: int
+    ok: bool
+    replica: str | None = None
+
+
+@dataclass
+class LoadResult:
+    completions: list[Completion] = field(default_factory=list)
+    failures: Counter = field(default_factory=Counter)  # message -> count
+    window: tuple[float, float] = (0.0, 0.0)
+    client_cpu_s: float = 0.0
+    wall_s: float = 0.0
+
+    def in_window(self) -> list[Completion]:
+        """Right answers that came back inside the measurement window (whenever they were
+        sent: in a steady closed loop, counting by finish time is what measures the rate)."""
+        start, end = self.window
+        return [c for c in self.completions if c.ok and start <= c.finished <= end]
+
+    @property
+    def ok_count(self) -> int:
+        return sum(c.ok for c in self.completions)
+
+    @property
+    def failure_count(self) -> int:
+        return sum(self.failures.values())
+
+    def pages_per_s(self, ramp: float | None = None) -> float:
+        """Pages per second of right answers in the window (figures.windowed_rate; `ramp`
+        defaults to a tenth of the window, at most 2 s)."""
+        start, end = self.window
+        ramp = ramp or min(2.0, (end - start) / 10)
+        done = self.in_window()
+        return windowed_rate([c.finished for c in done], [c.pages for c in done], start, end,
+                             ramp)
+
+    def latencies(self) -> list[float]:
+        start, end = self.window
+        return sorted(c.finished - c.started for c in self.completions
+                      if c.ok and c.started >= start and c.finished <= end)
+
+    def client_cpu_fraction(self) -> float:
+        """The generator's CPU seconds per wall second (1.0 = one core busy)."""
+        return self.client_cpu_s / self.wall_s if self.wall_s else 0.0
+
+
+def post_checked(session: requests.Session, url: str, payload: Payload,
+                 timeout: float) -> tuple[bool, str | None]:
+    """Send one payload; (True, None) for a right answer, else (False, what was wrong)."""
+    try:
+        response = session.post(url, data=payload.body, headers=JSON_HEADERS, timeout=timeout)
+    except requests.RequestException as exc:
+        return False, f"{type(exc).__name__}"
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    try:
+        check_ocr_response(response.status_code, body, payload.expected)
+    except WrongAnswer as wrong:
+        return False, str(wrong)[:160]
+    return True, None
+
+
+def run_closed_loop(urls: str | list[str], payloads: list[Payload], concurrency: int, *,
+                    duration_s: float | None = None, warmup_s: float = 0.0,
+                    total_requests: int | None = None, timeout: float = 120.0,
+                    on_complete: Callable[[int, Completion], None] | None = None) -> LoadResult:
+    """Keep `concurrency` requests in flight. Either for warmup_s + duration_s (the window is
+    the duration after the warm-up), or until total_requests have been answered (the window is
+    the whole run). Threads are bound round-robin to `urls` (one /ocr base URL or several).
+    on_complete(n, completion) is called after the n-th answer (1-based), from the sending
+    thread."""
+    if (duration_s is None) == (total_requests is None):
+        raise ValueError("give exactly one of duration_s and total_requests")
+    urls = [urls] if isinstance(urls, str) else list(urls)
+    result = LoadResult()
+    lock = threading.Lock()
+    stop = threading.Event()
+    claimed = itertools.count()
+    done_count = itertools.count(1)
+
+    def loop(index: int) -> None:
+        url = urls[index % len(urls)].rstrip("/") + "/ocr"
+        with requests.Session() as session:
+            for turn in itertools.count():
+                if stop.is_set():
+                    return
+                if total_requests is not None and next(claimed) >= total_requests:
+                    return
+                payload = payloads[(index + turn * concurrency) % len(payloads)]
+                started = time.perf_counter()
+                ok, why = post_checked(session, url, payload, timeout)
+                completion = Completion(started, time.perf_counter(), payload.expected.pages,
+                                        ok, url)
+                with lock:
+                    result.completions.append(completion)
+                    if why:
+                        result.failures[why] += 1
+                    number = next(done_count)
+                if on_complete:
+                    on_complete(number, completion)
+
+    cpu_before, wall_before = time.process_time(), time.perf_counter()
+    threads = [threading.Thread(target=loop, args=(i,), daemon=True, name=f"load-{i}")
+               for i in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    if duration_s is not None:
+        window_start = wall_before + warmup_s
+        time.sleep(max(0.0, window_start + duration_s - time.perf_counter()))
+        result.window = (window_start, time.perf_counter())
+        stop.set()
+    for thread in threads:
+        thread.join(timeout + 5)
+    if total_requests is not None:
+        result.window = (wall_before, time.perf_counter())
+    result.wall_s = time.perf_counter() - wall_before
+    result.client_cpu_s = time.process_time() - cpu_before
+    return result

@@ -1,0 +1,87 @@
+"""Locust scenarios against the gateway (or any /ocr endpoint): users who send single images,
+short PDFs (2-4 pages) and long PDFs (16-32 pages), in a 6:3:1 mix with think time. Every
+response is checked (loadtest/checks.py): HTTP 200, errorCode 0, one ocrResults entry per page
+sent, dataInfo, and for labelled PDFs read by the real engine, each page naming itself — a wrong
+answer counts as a failure.
+
+Headless: `make loadtest` (loadtest/run_locust.py). Interactive:
+`PYTHONPATH=. .venv/bin/locust -f loadtest/locustfile.py -H http://127.0.0.1:8080`.
+Knobs: LOCUST_LONG_PAGES (default "16,32"), LOCUST_TIMEOUT_S (default 300), LOCUST_VISUALIZE
+(default 0: requests say "visualize": false; 1: they ask for the visualization images; empty:
+the field is left out and the server's default applies — PaddleX serving's is to draw them)."""
+
+from __future__ import annotations
+
+import os
+import random
+
+from locust import HttpUser, between, events, task
+
+from loadtest.checks import WrongAnswer, check_ocr_response
+from loadtest.payloads import JSON_HEADERS, Payload, locust_mix
+
+TIMEOUT_S = float(os.environ.get("LOCUST_TIMEOUT_S", "300"))
+LONG_PAGES = tuple(int(n) for n in os.environ.get("LOCUST_LONG_PAGES", "16,32").split(","))
+_VISUALIZE_CHOICES = {"0": False, "1": True, "": None}
+if os.environ.get("LOCUST_VISUALIZE", "0") not in _VISUALIZE_CHOICES:
+    raise SystemExit("LOCUST_VISUALIZE must be 0, 1 or empty")
+VISUALIZE = _VISUALIZE_CHOICES[os.environ.get("LOCUST_VISUALIZE", "0")]
+
+
+def documents():
+    return locust_mix(LONG_PAGES, VISUALIZE)
+
+
+@events.init.add_listener
+def _generate_documents(environment, **_kwargs):
+    documents()  # once, before any user starts, so generation never shows up as latency
+
+
+def send_checked(user: HttpUser, payload: Payload, label: str) -> None:
+    """POST one payload; mark the request failed unless its answer is right."""
+    with user.client.post("/ocr", data=payload.body, headers=JSON_HEADERS, name=label,
+                          timeout=TIMEOUT_S, catch_response=True) as response:
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        try:
+            check_ocr_response(response.status_code, body, payload.expected)
+        except WrongAnswer as wrong:
+            response.failure(str(wrong))
+        else:
+            response.success()
+
+
+class ImageUser(HttpUser):
+    """Someone OCRing photos and screenshots, one at a time."""
+
+    weight = 6
+    wait_time = between(1, 3)
+
+    @task
+    def one_image(self):
+        send_checked(self, random.choice(documents().images), "/ocr image")
+
+
+class ShortPdfUser(HttpUser):
+    """Invoices and letters: 2-4 page PDFs."""
+
+    weight = 3
+    wait_time = between(2, 5)
+
+    @task
+    def short_pdf(self):
+        send_checked(self, random.choice(documents().short_pdfs), "/ocr pdf 2-4p")
+
+
+class LongPdfUser(HttpUser):
+    """Reports and contracts: long PDFs split across replicas by the gateway."""
+
+    weight = 1
+    wait_time = between(5, 15)
+
+    @task
+    def long_pdf(self):
+        payload = random.choice(documents().long_pdfs)
+        send_checked(self, payload, f"/ocr pdf {payload.expected.pages}p")

@@ -1,0 +1,97 @@
+"""Smoke runs of the benchmark code paths with sim workers, a gateway and a handful of requests:
+the results have the shape the README and DESIGN.md section 5 promise, every answer was right,
+and the reports get written. Nothing here asserts a timing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from loadtest import (bench_all, bench_engine, bench_scaling, bench_soak, local_fleet,
+                      procstats, report)
+from scripts.fleet import REPO_ROOT
+
+SCALING_KEYS = {"engine", "service_ms", "replicas", "pages_per_s", "efficiency", "pdf_pages",
+                "pdf_latency_s"}
+
+
+@pytest.fixture
+def results(tmp_path, monkeypatch):
+    monkeypatch.setenv("RESULTS_DIR", str(tmp_path / "results"))
+    return tmp_path / "results"
+
+
+def test_scaling_benchmark_smoke(results, tmp_path):
+    settings = bench_scaling.ScalingSettings(replicas=[1, 2], page_ms=20, warmup_s=0.3,
+                                             measure_s=1.5, pdf_pages=4, pdf_repeats=1)
+    scaling = bench_scaling.run(settings, log_dir=tmp_path / "logs")
+    assert SCALING_KEYS <= set(scaling)
+    assert scaling["engine"] == "sim" and scaling["replicas"] == [1, 2]
+    assert scaling["pdf_pages"] == 4 and len(scaling["pdf_latency_s"]) == 2
+    assert scaling["efficiency"][0] == pytest.approx(1.0)
+    assert all(value > 0 for value in scaling["pages_per_s"] + scaling["pdf_latency_s"])
+    assert all(f["failures"] == 0 and not f["pdf_failures"] for f in scaling["fleets"])
+    table = bench_scaling.scaling_table(scaling)
+    assert "efficiency" in table and "4p PDF s" in table
+    json.dumps(scaling)  # what scaling.json gets
+    plot = report.plot_scaling(scaling, tmp_path / "scaling.png")
+    assert plot.read_bytes().startswith(b"\x89PNG")
+
+
+def test_soak_measures_the_forked_worker_not_the_master(results, tmp_path):
+    soak = bench_soak.run(40, 20, tmp_path / "logs", sample_every=10,
+                          env=local_fleet.sim_worker_env(0))
+    assert soak["answered"] == 40 and soak["failures"] == 0
+    assert [s["answered"] for s in soak["samples"]] == [10, 20, 30, 40]
+    assert soak["rss_kib_baseline"] > 0 and soak["rss_kib_end"] > 0
+    assert soak["master_rss_kib"] != soak["rss_kib_end"]  # two processes, two figures
+    assert isinstance(soak["rss_growth"], float)
+
+
+def test_gunicorn_worker_pid_is_a_child_of_the_master(tmp_path):
+    with local_fleet.workers(1, local_fleet.sim_worker_env(0), tmp_path) as (worker,):
+        child = procstats.gunicorn_worker_pid(worker.pid)
+        assert child != worker.pid and procstats.children(worker.pid) == [child]
+        assert child in procstats.group_pids(worker.pid)
+        assert procstats.rss_kib(child) > 0 and procstats.cpu_seconds([child]) > 0
+
+
+def test_engine_benchmark_paths_with_the_sim_engine(tmp_path):
+    with local_fleet.workers(2, local_fleet.sim_worker_env(5), tmp_path) as pool:
+        http = bench_engine.http_rate(pool, pages_per_worker=3)
+    assert http["workers"] == 2 and http["pages"] == 6 and http["failures"] == 0
+    assert http["pages_per_s"] > 0
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OCR_SIM_PAGE_MS": "5"}
+    out = subprocess.run([sys.executable, "-m", "loadtest.inprocess_engine", "--engine", "sim",
+                          "--pages", "3"], env=env, cwd=REPO_ROOT, capture_output=True,
+                         text=True, timeout=60, check=True)
+    inprocess = json.loads(out.stdout.strip().splitlines()[-1])
+    assert inprocess["pages"] == 3 and inprocess["engine"]["engine"] == "sim"
+
+
+def test_bench_all_reports_a_broken_part_and_keeps_going(results, monkeypatch, capsys):
+    def broken():
+        raise RuntimeError("no models")
+
+    def fine():
+        return {"failures": 0}, [["fine part", "1.0", ">= 1", "PASS"]]
+
+    def wrong():
+        return {"failures": 3}, [["wrong part", "2.0", ">= 1", "PASS"]]
+
+    monkeypatch.setattr(bench_all, "PARTS", {"soak": broken, "fine": fine})
+    assert bench_all.main() == 1
+    out = capsys.readouterr().out
+    assert "ERROR: RuntimeError: no models" in out and "fine part" in out
+    summary = json.loads((results / "summary.json").read_text())
+    assert "error" in summary["parts"]["soak"] and summary["parts"]["fine"]["wrong_answers"] == 0
+
+    monkeypatch.setattr(bench_all, "PARTS", {"fine": fine})
+    assert bench_all.main() == 0
+    monkeypatch.setattr(bench_all, "PARTS", {"wrong": wrong})
+    assert bench_all.main() == 1
+    assert "wrong answers or errors" in capsys.readouterr().out

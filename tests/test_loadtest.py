@@ -1,0 +1,250 @@
+"""The load-test and benchmark code itself: the answer checker the Locust users and the load
+generator rely on, the scaling arithmetic, the load generator and Locust's headless run against
+small local servers (a fake /ocr that answers wrongly, and one sim worker). Behaviour only: no
+assertion here is about how fast anything ran."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import json
+import os
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from loadtest import figures, run_locust
+from loadtest.checks import Expected, WrongAnswer, check_ocr_response
+from loadtest.loadgen import run_closed_loop
+from loadtest.payloads import labelled_pdf_payload, make_payload, small_image_payloads
+from scripts.fleet import REPO_ROOT, free_port, worker_process
+
+
+def page(text: str) -> dict:
+    return {"prunedResult": {"rec_texts": [text], "rec_scores": [0.99]}, "ocrImage": None}
+
+
+def pdf_answer(texts: list[str]) -> dict:
+    return {"logId": "abc", "errorCode": 0, "errorMsg": "Success",
+            "result": {"ocrResults": [page(t) for t in texts],
+                       "dataInfo": {"type": "pdf", "numPages": len(texts),
+                                    "pages": [{"width": 10, "height": 10}] * len(texts)}}}
+
+
+def image_answer(text: str = "hello") -> dict:
+    return {"logId": "abc", "errorCode": 0, "errorMsg": "Success",
+            "result": {"ocrResults": [page(text)],
+                       "dataInfo": {"type": "image", "width": 10, "height": 10}}}
+
+
+LABELLED = [f"Page {i} of 3 invoice total" for i in (1, 2, 3)]
+
+
+# ---- the answer checker ---------------------------------------------------------------------
+def test_checker_accepts_right_answers():
+    check_ocr_response(200, image_answer(), Expected(1, "image"))
+    check_ocr_response(200, pdf_answer(LABELLED), Expected(3, "pdf", labelled=True))
+
+
+@pytest.mark.parametrize("status, body, expected, why", [
+    (200, pdf_answer(LABELLED[:2]), Expected(3, "pdf"), "2 ocrResults for 3 pages"),
+    (503, {"logId": "x", "errorCode": 503, "errorMsg": "queue full"}, Expected(1, "image"),
+     "HTTP 503"),
+    (200, {"logId": "x", "errorCode": 500, "errorMsg": "boom"}, Expected(1, "image"),
+     "errorCode=500"),
+    (200, None, Expected(1, "image"), "not a JSON object"),
+    (200, image_answer(), Expected(1, "pdf"), "dataInfo.type"),
+    (200, {**pdf_answer(LABELLED), "logId": ""}, Expected(3, "pdf"), "logId"),
+])
+def test_checker_rejects_wrong_answers(status, body, expected, why):
+    with pytest.raises(WrongAnswer, match=why):
+        check_ocr_response(status, body, expected)
+
+
+def test_checker_rejects_a_wrong_num_pages():
+    body = pdf_answer(LABELLED)
+    body["result"]["dataInfo"]["numPages"] = 4
+    with pytest.raises(WrongAnswer, match="numPages=4"):
+        check_ocr_response(200, body, Expected(3, "pdf"))
+
+
+def test_checker_rejects_pages_out_of_order_when_text_is_real():
+    swapped = [LABELLED[1], LABELLED[0], LABELLED[2]]
+    with pytest.raises(WrongAnswer, match="page 1 of 3"):
+        check_ocr_response(200, pdf_answer(swapped), Expected(3, "pdf", labelled=True))
+    # The same order is fine when nobody asked for the text check...
+    check_ocr_response(200, pdf_answer(swapped), Expected(3, "pdf"))
+    # ...and the sim engine's text says nothing about the page, so it is not checked.
+    simulated = [f"[simulated] page 10x10 {i}" for i in range(3)]
+    check_ocr_response(200, pdf_answer(simulated), Expected(3, "pdf", labelled=True))
+
+
+def test_payloads_carry_their_expected_answer():
+    pdf = labelled_pdf_payload(3)
+    body = json.loads(pdf.body)
+    assert body["fileType"] == 0 and base64.b64decode(body["file"]).startswith(b"%PDF")
+    assert pdf.expected == Expected(3, "pdf", labelled=True)
+    image = small_image_payloads(2)[1]
+    assert json.loads(image.body)["fileType"] == 1 and image.expected == Expected(1, "image")
+    assert body["visualize"] is False  # benchmarks measure OCR, not drawing
+    assert "visualize" not in json.loads(make_payload("x", b"x", "image", 1, visualize=None).body)
+
+
+# ---- scaling arithmetic ---------------------------------------------------------------------
+def test_efficiency_is_relative_to_n_times_one_replica():
+    assert figures.efficiency([1, 2, 4], [5.0, 9.5, 20.0]) == pytest.approx([1.0, 0.95, 1.0])
+    with pytest.raises(ValueError):
+        figures.efficiency([2, 4], [10.0, 20.0])
+
+
+def test_ideal_pdf_latency_and_goal():
+    assert figures.ideal_pdf_latency(32, 1, 0.2) == pytest.approx(6.4)
+    assert figures.ideal_pdf_latency(32, 16, 0.2) == pytest.approx(0.4)
+    assert figures.pdf_latency_goal(32, 8, 0.2) == pytest.approx(1.15 * 0.8)
+
+
+def test_efficiency_goals():
+    assert figures.efficiency_goal(1) is None
+    assert figures.efficiency_goal(8) == 0.95
+    assert figures.efficiency_goal(16) == 0.90
+
+
+def test_rate_from_completions_of_one_server():
+    times = [10 + 0.2 * i for i in range(1, 51)]  # a 5 pages/s server
+    assert figures.rate_from_completions(times) == pytest.approx(5.0)
+
+
+@pytest.mark.parametrize("phase", [0.0, 0.05, 0.13, 0.199])
+def test_windowed_rate_counts_servers_in_step_exactly(phase):
+    # 8 servers of 0.2 s finishing together: a plain window or first-to-last count is off by
+    # up to 8 completions; the trapezoidal window is exact whatever the phase.
+    times = [phase + 0.2 * k for k in range(200) for _ in range(8)]
+    assert figures.windowed_rate(times, None, 5.0, 17.0, 1.0) == pytest.approx(40.0)
+    weights = [2] * len(times)
+    assert figures.windowed_rate(times, weights, 5.0, 17.0, 1.0) == pytest.approx(80.0)
+
+
+def test_growth():
+    assert figures.growth(100.0, 103.0) == pytest.approx(0.03)
+
+
+def test_a_disturbed_engine_run_is_measured_again_and_the_quietest_kept():
+    from loadtest.bench_engine import least_disturbed
+
+    runs = iter([{"pages_per_s": 0.9, "other_load_cores": 0.6},
+                 {"pages_per_s": 0.7, "other_load_cores": 0.05},
+                 {"pages_per_s": 1.0, "other_load_cores": 0.0}])
+    kept = least_disturbed(lambda: next(runs), tries=3)
+    assert kept["pages_per_s"] == 0.7 and kept["tries"] == 2  # quiet enough: no third run
+    noisy = iter([{"pages_per_s": 0.5, "other_load_cores": 0.9},
+                  {"pages_per_s": 0.6, "other_load_cores": 0.4}])
+    assert least_disturbed(lambda: next(noisy), tries=2)["pages_per_s"] == 0.6
+
+
+# ---- the load generator and Locust against local servers ------------------------------------
+class FakeOcr(BaseHTTPRequestHandler):
+    """An /ocr that answers with a fixed body (set per server)."""
+
+    def do_GET(self):
+        self._send(200, {"errorCode": 0, "errorMsg": "Ready", "logId": "r"})
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self._send(200, self.server.answer)
+
+    def _send(self, status, body):
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def fake_ocr():
+    servers = []
+
+    def start(answer: dict) -> str:
+        server = ThreadingHTTPServer(("127.0.0.1", 0), FakeOcr)
+        server.answer = answer
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def test_load_generator_counts_wrong_answers_as_failures(fake_ocr):
+    right, wrong = fake_ocr(image_answer()), fake_ocr(pdf_answer(["a", "b"]))
+    image = [make_payload("img", b"not really a png", "image", 1)]
+    seen = []
+    good = run_closed_loop(right, image, 3, total_requests=20,
+                           on_complete=lambda n, c: seen.append(n))
+    assert good.ok_count == 20 and good.failure_count == 0
+    assert sorted(seen) == list(range(1, 21))
+    bad = run_closed_loop(wrong, image, 2, total_requests=6)
+    assert bad.ok_count == 0 and bad.failure_count == 6
+    assert "dataInfo" in next(iter(bad.failures)) or "ocrResults" in next(iter(bad.failures))
+
+
+def test_run_locust_settings_from_environment():
+    config = run_locust.settings({"HOST": "127.0.0.1:9000/", "USERS": "3", "DURATION": "5s"})
+    assert config["host"] == "http://127.0.0.1:9000"
+    assert (config["users"], config["spawn_rate"], config["duration"]) == ("3", "2", "5s")
+    assert run_locust.settings({})["host"] == "http://127.0.0.1:8080"
+    command = run_locust.locust_command(config)
+    assert "--headless" in command and "--csv" in command and "--html" in command
+
+
+def _run_locust(host: str, results, duration: str = "4s") -> tuple[int, dict[str, dict]]:
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HOST": host, "USERS": "4",
+           "SPAWN_RATE": "4", "DURATION": duration, "RESULTS_DIR": str(results),
+           "LOCUST_LONG_PAGES": "6"}
+    code = subprocess.run([sys.executable, "-m", "loadtest.run_locust"], env=env, cwd=REPO_ROOT,
+                          capture_output=True, timeout=60).returncode
+    with open(results / "locust_stats.csv", newline="") as handle:
+        stats = {row["Name"]: row for row in csv.DictReader(handle)}
+    return code, stats
+
+
+def test_locust_marks_wrong_answers_as_failures(fake_ocr, tmp_path):
+    host = fake_ocr(pdf_answer(["only one page"]))  # wrong for every request Locust sends
+    code, stats = _run_locust(host, tmp_path)
+    assert code != 0
+    total = stats["Aggregated"]
+    assert int(total["Request Count"]) > 0
+    assert int(total["Failure Count"]) == int(total["Request Count"])
+    assert (tmp_path / "locust.html").is_file()
+    assert (tmp_path / "locust_failures.csv").read_text().count("/ocr") >= 1
+
+
+def test_locust_against_a_sim_worker_passes(tmp_path):
+    port = free_port()
+    worker = worker_process(port, {"OCR_ENGINE": "sim", "OCR_SIM_PAGE_MS": "5",
+                                   "WORKERS": "1"}, tmp_path / "worker.log")
+    worker.start().wait_ready(60)
+    try:
+        code, stats = _run_locust(f"http://127.0.0.1:{port}", tmp_path / "results")
+    finally:
+        worker.stop()
+    total = stats["Aggregated"]
+    assert code == 0, (tmp_path / "results" / "locust_failures.csv").read_text()
+    assert int(total["Request Count"]) > 0 and int(total["Failure Count"]) == 0
+
+
+def test_run_locust_refuses_a_host_that_is_not_ready(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "RESULTS_DIR": str(tmp_path),
+           "HOST": f"http://127.0.0.1:{free_port()}"}
+    done = subprocess.run([sys.executable, "-m", "loadtest.run_locust"], env=env, cwd=REPO_ROOT,
+                          capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2 and "start a fleet first" in done.stderr
