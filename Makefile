@@ -9,9 +9,12 @@ PORT ?= 8101
 WORKERS ?= 2
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: install models run worker test bench bench-scaling loadtest k8s-validate clean
+.PHONY: install system-deps models run worker test bench bench-scaling loadtest k8s-validate clean
 
-install: $(STAMP) $(MODELS_STAMP)
+install: system-deps $(STAMP) $(MODELS_STAMP)
+
+system-deps:
+	@bash scripts/install_system_deps.sh
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
