@@ -4,9 +4,10 @@ that were sent is a failure, however fast it came back."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
+
+from loadtest.documents import has_page_label
 
 SIM_MARK = "[simulated]"
 
@@ -25,10 +26,6 @@ class Expected:
 
 class WrongAnswer(Exception):
     """The response arrived but is not the right answer."""
-
-
-def _norm(text: str) -> str:
-    return re.sub(r"\s+", "", text).lower()
 
 
 def page_texts(body: dict[str, Any]) -> list[str]:
@@ -78,7 +75,20 @@ def check_ocr_response(status: int, body: Any, expected: Expected) -> None:
                               f"{expected.pages} pages sent")
     if expected.labelled and not is_simulated(body):
         for number, text in enumerate(page_texts(body), start=1):
-            if f"page{number}of{expected.pages}" not in _norm(text):
+            if not has_page_label(text, number, expected.pages):
                 raise WrongAnswer(f"page {number} of {expected.pages} does not say "
                                   f"'Page {number} of {expected.pages}' (got {text[:60]!r}): "
                                   "pages out of order or misread")
+
+
+def answer_problem(status: int, read_json: Callable[[], Any], expected: Expected) -> str | None:
+    """What is wrong with an HTTP answer (`read_json` parses its body), or None if right."""
+    try:
+        body = read_json()
+    except ValueError:
+        body = None
+    try:
+        check_ocr_response(status, body, expected)
+    except WrongAnswer as wrong:
+        return str(wrong)
+    return None

@@ -15,7 +15,7 @@ from typing import Callable
 
 import requests
 
-from loadtest.checks import WrongAnswer, check_ocr_response
+from loadtest.checks import answer_problem
 from loadtest.figures import windowed_rate
 from loadtest.payloads import JSON_HEADERS, Payload
 
@@ -77,15 +77,8 @@ def post_checked(session: requests.Session, url: str, payload: Payload,
         response = session.post(url, data=payload.body, headers=JSON_HEADERS, timeout=timeout)
     except requests.RequestException as exc:
         return False, f"{type(exc).__name__}"
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    try:
-        check_ocr_response(response.status_code, body, payload.expected)
-    except WrongAnswer as wrong:
-        return False, str(wrong)[:160]
-    return True, None
+    problem = answer_problem(response.status_code, response.json, payload.expected)
+    return (False, problem[:160]) if problem else (True, None)
 
 
 def run_closed_loop(urls: str | list[str], payloads: list[Payload], concurrency: int, *,

@@ -17,7 +17,7 @@ import random
 
 from locust import HttpUser, between, events, task
 
-from loadtest.checks import WrongAnswer, check_ocr_response
+from loadtest.checks import answer_problem
 from loadtest.payloads import JSON_HEADERS, Payload, locust_mix
 
 TIMEOUT_S = float(os.environ.get("LOCUST_TIMEOUT_S", "300"))
@@ -41,14 +41,9 @@ def send_checked(user: HttpUser, payload: Payload, label: str) -> None:
     """POST one payload; mark the request failed unless its answer is right."""
     with user.client.post("/ocr", data=payload.body, headers=JSON_HEADERS, name=label,
                           timeout=TIMEOUT_S, catch_response=True) as response:
-        try:
-            body = response.json()
-        except ValueError:
-            body = None
-        try:
-            check_ocr_response(response.status_code, body, payload.expected)
-        except WrongAnswer as wrong:
-            response.failure(str(wrong))
+        problem = answer_problem(response.status_code, response.json, payload.expected)
+        if problem:
+            response.failure(problem)
         else:
             response.success()
 
