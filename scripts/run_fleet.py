@@ -31,6 +31,23 @@ def gpu_count() -> int:
     return sum(1 for line in listing.stdout.splitlines() if line.startswith("GPU "))
 
 
+def cuda_inference_available() -> bool:
+    """onnxruntime-gpu (CUDAExecutionProvider) or paddlepaddle-gpu is installed."""
+    try:
+        import onnxruntime
+
+        if "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+            return True
+    except ImportError:
+        pass
+    try:
+        import paddle
+
+        return bool(paddle.device.is_compiled_with_cuda())
+    except ImportError:
+        return False
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=int(os.environ.get("WORKERS", 2)))
@@ -52,6 +69,11 @@ def main(argv=None) -> int:
 
     RUN_DIR.mkdir(exist_ok=True)
     gpus = gpu_count()
+    if gpus and not cuda_inference_available():
+        print(f"note: {gpus} GPU(s) found, but this venv has the CPU build of onnxruntime; "
+              "running on the CPU (install onnxruntime-gpu instead of onnxruntime to use "
+              "them, see README: GPUs)")
+        gpus = 0
     processes: list[ManagedProcess] = []
 
     def stop(signum=None, frame=None):
