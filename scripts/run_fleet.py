@@ -74,6 +74,8 @@ def main(argv=None) -> int:
               "running on the CPU (install onnxruntime-gpu instead of onnxruntime to use "
               "them, see README: GPUs)")
         gpus = 0
+    # the machine's cores shared out between the workers (1 each on a 2-core box)
+    threads = os.environ.get("OCR_THREADS") or str(max(1, (os.cpu_count() or 1) // args.workers))
     processes: list[ManagedProcess] = []
 
     def stop(signum=None, frame=None):
@@ -82,13 +84,14 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, stop)
     try:
         for index, port in enumerate(worker_ports):
-            env = {"OCR_THREADS": os.environ.get("OCR_THREADS", "1")}
+            env = {"OCR_THREADS": threads}
             if gpus:
                 env.update(CUDA_VISIBLE_DEVICES=str(index % gpus),
                            OCR_DEVICE=os.environ.get("OCR_DEVICE", "gpu:0"))
             processes.append(worker_process(port, env, RUN_DIR / f"worker-{port}.log").start())
         print(f"starting {args.workers} worker(s) on ports {worker_ports[0]}-{worker_ports[-1]}"
-              f" ({'GPU ' + str(gpus) + ' card(s)' if gpus else 'CPU'}); logs in run/")
+              f" ({str(gpus) + ' GPU(s)' if gpus else 'CPU'}, {threads} engine thread(s) "
+              "each); logs in run/")
         for process in processes:
             process.wait_ready(300)
 
