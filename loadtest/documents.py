@@ -10,7 +10,6 @@ import random
 import re
 from functools import lru_cache
 
-import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 LATIN_FONTS = ("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",)
@@ -20,7 +19,6 @@ CJK_FONTS = ("/usr/share/fonts/truetype/wqy/wqy-zenhei.ttc",
 WORDS = ("invoice total amount payment receipt order number customer account balance "
          "shipping address quantity price date reference service product delivery tax "
          "subtotal discount contract report summary project budget schedule").split()
-CHINESE_LINES = ("发票号码", "付款金额", "客户名称", "服务合同", "年度报告")
 
 
 def find_font(candidates) -> str | None:
@@ -169,8 +167,3 @@ def multipage_tiff(images: list[Image.Image]) -> bytes:
 def labelled_tiff(num_pages: int) -> bytes:
     return multipage_tiff([text_image([page_label(n, num_pages), "Fax transmission"], size=36)
                            for n in range(1, num_pages + 1)])
-
-
-def as_array(image: Image.Image) -> np.ndarray:
-    """BGR array, as OpenCV/PaddleOCR expect."""
-    return np.ascontiguousarray(np.asarray(image.convert("RGB"))[:, :, ::-1])

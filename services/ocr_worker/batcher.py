@@ -68,9 +68,6 @@ class InferenceBatcher:
         self._observe("enqueued", self._queue.qsize())
         return job.future
 
-    def depth(self) -> int:
-        return self._queue.qsize()
-
     def stop(self, timeout: float | None = None) -> None:
         """Finish the pages already queued, then end the inference thread."""
         self._queue.put(_STOP)

@@ -44,10 +44,6 @@ class OcrService:
     def start(self) -> None:
         self.batcher.start()
 
-    @property
-    def ready(self) -> bool:
-        return self.batcher.ready.is_set() and not self.admission.draining
-
     def readiness(self) -> tuple[bool, str]:
         if self.admission.draining:
             return False, "draining: shutting down"
