@@ -177,8 +177,7 @@ class GatewayService:
                     failed.append(page)
         finally:
             outcomes.close()
-        metrics.PAGES.labels("ok").inc(len(pages) - len(failed))
-        metrics.PAGES.labels("failed").inc(len(failed))
+        _count_pages(pages)
         if failed and not plan.partial:
             status, message = assemble.describe_failures(failed)
             skipped = plan.num_pages - len(pages)
@@ -204,15 +203,19 @@ class GatewayService:
             return
         finally:
             outcomes.close()
-        failed = sum(1 for p in pages if p.error_code)
-        metrics.PAGES.labels("ok").inc(len(pages) - failed)
-        metrics.PAGES.labels("failed").inc(failed)
+        _count_pages(pages)
         yield _line(assemble.stream_summary_line(plan.request.log_id, pages,
                                                  plan.request.page_range is not None))
 
     def shutdown(self) -> None:
         self.replicas.stop()
         self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _count_pages(pages: list[PageOutcome]) -> None:
+    failed = sum(1 for page in pages if page.error_code)
+    metrics.PAGES.labels("ok").inc(len(pages) - failed)
+    metrics.PAGES.labels("failed").inc(failed)
 
 
 def _line(obj: dict[str, Any]) -> bytes:

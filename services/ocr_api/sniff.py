@@ -5,12 +5,15 @@ from __future__ import annotations
 KIND_PDF = "pdf"
 KIND_IMAGE = "image"
 
+_TIFF_MAGIC = (
+    b"II*\x00",  # TIFF, little-endian
+    b"MM\x00*",  # TIFF, big-endian
+)
 _IMAGE_MAGIC = (
     b"\x89PNG\r\n\x1a\n",  # PNG
     b"\xff\xd8\xff",  # JPEG
     b"BM",  # BMP
-    b"II*\x00",  # TIFF, little-endian
-    b"MM\x00*",  # TIFF, big-endian
+    *_TIFF_MAGIC,
 )
 
 
@@ -23,6 +26,10 @@ def sniff_kind(data: bytes) -> str | None:
     if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
         return KIND_IMAGE
     return None
+
+
+def is_tiff(data: bytes) -> bool:
+    return data.startswith(_TIFF_MAGIC)
 
 
 def describe_kind(kind: str) -> str:

@@ -20,7 +20,7 @@ from PIL import Image
 
 from services.ocr_api.errors import ApiError, too_large, unprocessable
 from services.ocr_api.request import OcrRequest, resolve_page_range
-from services.ocr_api.sniff import KIND_PDF
+from services.ocr_api.sniff import KIND_PDF, is_tiff
 
 KIND_TIFF = "tiff"
 
@@ -163,7 +163,7 @@ def open_document(request: OcrRequest, limits: DecodeLimits) -> Document:
 
 
 def _tiff_frame_count(data: bytes) -> int:
-    if data[:4] not in (b"II*\x00", b"MM\x00*"):
+    if not is_tiff(data):
         return 1
     try:
         with Image.open(io.BytesIO(data)) as tiff:

@@ -38,6 +38,8 @@ class OcrService:
                                    pdf_dpi=config.pdf_dpi)
         self.fetch_url = (make_url_fetcher(config.max_bytes, config.url_timeout_s)
                           if config.allow_url_input else None)
+        self.visualize_by_default = (config.visualize_default
+                                     and self.engine.unsupported({}, True) is None)
         metrics.set_engine_info(self.engine.info)
         metrics.QUEUE_CAPACITY.set(config.queue_size)
 
@@ -65,17 +67,13 @@ class OcrService:
         if ocr_request.visualize is None:
             # PaddleX serving visualizes unless asked not to (its clients decode ocrImage);
             # we do the same where a font lets us draw the text
-            ocr_request.visualize = self.config.visualize_default and \
-                self.engine.unsupported({}, True) is None
+            ocr_request.visualize = self.visualize_by_default
         metrics.STAGE_SECONDS.labels("decode").observe(time.monotonic() - started)
         return ocr_request
 
     def predict(self, ocr_request: OcrRequest) -> dict[str, Any]:
         """Render, infer and encode one admitted request; returns the `result` object."""
         deadline = time.monotonic() + self.config.request_timeout_s
-        return self._predict_admitted(ocr_request, deadline)
-
-    def _predict_admitted(self, ocr_request: OcrRequest, deadline: float) -> dict[str, Any]:
         document = open_document(ocr_request, self.limits)
         futures: list[Future] = []
         inputs = []
