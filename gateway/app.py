@@ -5,7 +5,9 @@ errors) in services.flask_common."""
 from __future__ import annotations
 
 import logging
+import socket
 import time
+from typing import Callable
 
 from flask import Flask, Response, g, request, stream_with_context
 
@@ -37,16 +39,18 @@ def create_app(config: GatewayConfig | None = None, resolver=None, start: bool =
 
     @app.post("/ocr")
     def ocr():
+        service.check_room()
         fields, file_bytes = read_ocr_fields()
         plan = service.plan(fields, file_bytes)
         current_log_id.set(plan.request.log_id)
+        document = service.open(plan)
         if NDJSON not in request.headers.get("Accept", ""):
-            return json_response(service.collect(plan))
+            return json_response(service.collect(plan, document, client_gone=client_gone()))
         started = g.started
 
         def lines():
             try:
-                yield from service.stream(plan)
+                yield from service.stream(plan, document)
             finally:
                 _record(200, time.monotonic() - started)
 
@@ -55,6 +59,24 @@ def create_app(config: GatewayConfig | None = None, resolver=None, start: bool =
     if start:
         service.start()
     return app
+
+
+def client_gone() -> Callable[[], bool]:
+    """A check whether the client of this request has closed its connection (gunicorn hands
+    the socket over in the environ): a peek that reads nothing means the peer hung up."""
+    sock = request.environ.get("gunicorn.socket")
+    if sock is None:
+        return lambda: False
+
+    def gone() -> bool:
+        try:
+            return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
+
+    return gone
 
 
 def _record(status: int, seconds: float) -> None:

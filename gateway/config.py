@@ -20,8 +20,13 @@ class GatewayConfig:
     eject_s: float = 10.0
 
     pages_per_chunk: int = 1
-    max_inflight_per_request: int = 32
     max_inflight: int = 256
+    queue_pages: int = 1000  # pages admitted and not yet done, per gateway process
+    queue_bytes: int = 512 * 1024 * 1024  # document bytes held for admitted documents
+    replica_target: int = 2  # requests admitted at one worker that keep it busy
+    replica_max_inflight: int = 64  # ceiling of one replica's (a load balancer's) limit
+    retry_budget_ratio: float = 0.2
+    retry_budget_min: int = 10
     page_timeout_s: float = 300.0
     request_timeout_s: float = 900.0
     connect_timeout_s: float = 2.0
@@ -46,9 +51,14 @@ class GatewayConfig:
             health_interval_s=env.float("GATEWAY_HEALTH_INTERVAL_S", d.health_interval_s, 0.1),
             eject_s=env.float("GATEWAY_EJECT_S", d.eject_s, 0),
             pages_per_chunk=env.int("GATEWAY_PAGES_PER_CHUNK", d.pages_per_chunk, 1, 1000),
-            max_inflight_per_request=env.int("GATEWAY_MAX_INFLIGHT_PER_REQUEST",
-                                             d.max_inflight_per_request, 1, 4096),
             max_inflight=env.int("GATEWAY_MAX_INFLIGHT", d.max_inflight, 1, 65536),
+            queue_pages=env.int("GATEWAY_QUEUE_PAGES", d.queue_pages, 1),
+            queue_bytes=env.int("GATEWAY_QUEUE_BYTES", d.queue_bytes, 1024),
+            replica_target=env.int("GATEWAY_REPLICA_TARGET", d.replica_target, 1, 1024),
+            replica_max_inflight=env.int("GATEWAY_REPLICA_MAX_INFLIGHT",
+                                         d.replica_max_inflight, 1, 65536),
+            retry_budget_ratio=env.float("GATEWAY_RETRY_BUDGET_RATIO", d.retry_budget_ratio, 0),
+            retry_budget_min=env.int("GATEWAY_RETRY_BUDGET_MIN", d.retry_budget_min, 0),
             page_timeout_s=env.float("GATEWAY_PAGE_TIMEOUT_S", d.page_timeout_s, 1),
             request_timeout_s=env.float("GATEWAY_REQUEST_TIMEOUT_S", d.request_timeout_s, 1),
             connect_timeout_s=env.float("GATEWAY_CONNECT_TIMEOUT_S", d.connect_timeout_s, 0.1),

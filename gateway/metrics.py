@@ -28,3 +28,18 @@ def record_replicas(replicas, now: float) -> None:
     REPLICAS.labels("ready").set(ready)
     REPLICAS.labels("ejected").set(ejected)
     REPLICAS.labels("known").set(len(replicas))
+
+ATTEMPTS = Counter("ocr_gateway_attempts_total",
+                   "Chunk attempts to replicas by outcome (busy = backpressure, not failure)",
+                   ["outcome"])
+RETRIES_DENIED = Counter("ocr_gateway_retries_denied_total",
+                         "Failed chunks not retried because the fleet-wide retry budget was spent")
+EXPIRED = Counter("ocr_gateway_deadline_expired_total",
+                  "Documents whose deadline passed with pages still queued (those are not sent)")
+REFUSED = Counter("ocr_gateway_refused_total", "Documents refused at the front door",
+                  ["reason"])
+QUEUED_PAGES = Gauge("ocr_gateway_queued_pages", "Pages admitted and not yet done",
+                     multiprocess_mode="livesum")
+REPLICA_LIMIT = Gauge("ocr_gateway_replica_limit",
+                      "Adaptive limit of outstanding pages per replica", ["replica"],
+                      multiprocess_mode="livesum")

@@ -1,16 +1,20 @@
-"""GatewayService: one /ocr request through the gateway — decode it (the shared parser), plan
-its chunks (an image or a short PDF whole, a longer PDF cut into pages), fan the chunks out to
-replicas (bounded per request and globally), and hand back the pages in order, either as one
-PaddleX envelope or as a stream. No Flask here."""
+"""GatewayService: one /ocr request through the gateway, stage by stage:
+
+    plan (parse, count pages, group them into chunks) -> open (front-door admission: 429 at
+    once when the queue is full) -> the scheduler's fair queue -> replicas -> pages in order
+    -> collect (one PaddleX envelope) or stream (NDJSON)
+
+No Flask here; the queue and its policy live in gateway.scheduler, talking to a replica in
+gateway.dispatch, replica limits and health in gateway.upstreams."""
 
 from __future__ import annotations
 
 import json
 import logging
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from services.ocr_api import envelope
 from services.ocr_api.errors import ApiError, too_large, unprocessable
@@ -19,31 +23,41 @@ from services.ocr_api.sniff import KIND_PDF
 from services.ocr_api.url_input import make_url_fetcher
 
 from . import assemble, metrics
+from .admission import FrontDoor
 from .assemble import PageOutcome
+from .budget import RetryBudget
 from .config import GatewayConfig
-from .dispatch import ChunkFailed, Dispatcher, DispatchSettings, make_pool, probe_ready
-from .split import Chunk, count_pages, iter_chunks
-from .upstreams import MODE_DNS, MODE_LIST, MODE_LOAD_BALANCER, ReplicaSet
+from .dispatch import DispatchSettings, ReplicaClient, make_pool, probe_ready
+from .scheduler import INTERACTIVE, Document, Scheduler, SchedulerSettings
+from .split import Chunk, PdfCutter, WholeFile, count_pages, group_pages
+from .upstreams import MODE_DNS, MODE_LIST, MODE_LOAD_BALANCER, LimitSettings, ReplicaSet
 
 log = logging.getLogger("gateway")
 
 
 @dataclass
 class Plan:
-    """How one request is cut: its kind, its chunks (made lazily), how many pages."""
+    """How one request is cut: its kind, its groups of pages (one chunk each), how many
+    pages, whether it is split at all, and its one deadline."""
 
     request: OcrRequest
     kind: str
-    chunks: Iterable[Chunk]
+    groups: list[tuple[int, ...]]
     num_pages: int
     split: bool
     partial: bool
     deadline: float
 
+    def make_cutter(self):
+        if self.split:
+            return PdfCutter(self.request.file_bytes)
+        return WholeFile(self.request.file_bytes)
+
 
 def build_replica_set(config: GatewayConfig, probe: Callable[[str], bool],
                       resolver=None) -> ReplicaSet:
-    options: dict[str, Any] = dict(probe=probe, eject_s=config.eject_s)
+    options: dict[str, Any] = dict(probe=probe, eject_s=config.eject_s, limits=LimitSettings(
+        target=config.replica_target, max_limit=config.replica_max_inflight))
     if resolver is not None:
         options["resolver"] = resolver
     if config.upstream_url:
@@ -60,14 +74,20 @@ class GatewayService:
         self.pool = make_pool(maxsize=config.max_inflight)
         self.replicas = build_replica_set(config, lambda url: probe_ready(self.pool, url),
                                           resolver)
-        self.dispatcher = Dispatcher(self.replicas, self.pool, DispatchSettings(
-            page_timeout_s=config.page_timeout_s, connect_timeout_s=config.connect_timeout_s,
-            max_attempts=config.max_attempts, backoff_s=config.backoff_s))
-        self.executor = ThreadPoolExecutor(config.max_inflight, thread_name_prefix="fanout")
+        self.executor = ThreadPoolExecutor(config.max_inflight, thread_name_prefix="send")
+        self.front = FrontDoor(config.queue_pages, config.queue_bytes)
+        self.scheduler = Scheduler(
+            self.replicas,
+            ReplicaClient(self.pool, DispatchSettings(page_timeout_s=config.page_timeout_s,
+                                                      connect_timeout_s=config.connect_timeout_s)),
+            self.executor,
+            SchedulerSettings(max_attempts=config.max_attempts, backoff_s=config.backoff_s),
+            RetryBudget(config.retry_budget_ratio, config.retry_budget_min))
         self.fetch_url = (make_url_fetcher(config.max_bytes, config.url_timeout_s)
                           if config.allow_url_input else None)
 
     def start(self) -> None:
+        self.scheduler.start()
         self.replicas.start_background(
             self.config.dns_refresh_s, self.config.health_interval_s,
             after_probe=lambda replicas: metrics.record_replicas(replicas, time.monotonic()))
@@ -79,7 +99,32 @@ class GatewayService:
             return True, f"{ready} of {len(replicas)} replica(s) ready"
         return False, f"no replica is ready ({len(replicas)} known)"
 
+    def fleet_status(self) -> dict[str, Any]:
+        """What the web page's fleet panel shows: replicas, the queue, recent pages/s."""
+        now = time.monotonic()
+        queue = self.scheduler.snapshot()
+        return {
+            "mode": self.replicas.mode,
+            "replicas": [{"url": r.url, "ready": bool(r.ready) and r.ejected_until <= now,
+                          "inflight": r.inflight, "served": r.served, "limit": r.slots,
+                          "ejected": r.ejected_until > now}
+                         for r in self.replicas.replicas()],
+            "queue": {"queuedPages": self.front.queued_pages,
+                      "queuedDocuments": queue["queuedDocuments"],
+                      "inflightPages": queue["inflightChunks"] * self.config.pages_per_chunk,
+                      "capacityPages": self.config.queue_pages},
+            "pagesPerSecond": round(self.front.pages_per_second(), 3),
+        }
+
     # ---- stages ------------------------------------------------------------------------------
+    def check_room(self) -> None:
+        """Before the body is read: 429 at once when this gateway's queue is already full."""
+        try:
+            self.front.check_room()
+        except ApiError:
+            metrics.REFUSED.labels("queue_full").inc()
+            raise
+
     def plan(self, fields: Mapping[str, Any], file_bytes: bytes | None) -> Plan:
         deadline = time.monotonic() + self.config.request_timeout_s
         request = parse_ocr_request(fields, max_bytes=self.config.max_bytes,
@@ -88,8 +133,7 @@ class GatewayService:
         if not isinstance(partial, bool):
             raise unprocessable("returnPartialResults must be true or false")
         if request.kind != KIND_PDF:
-            chunk = Chunk((0,), request.file_bytes)
-            return Plan(request, request.kind, [chunk], 1, False, partial, deadline)
+            return Plan(request, request.kind, [(0,)], 1, False, partial, deadline)
         total = count_pages(request.file_bytes)
         if total == 0:
             raise unprocessable("The PDF has no pages")
@@ -99,77 +143,71 @@ class GatewayService:
                             f"gateway's limit of {self.config.max_pages}: send fewer pages "
                             "(pageRange) or split the document")
         if len(indices) <= self.config.pages_per_chunk:
-            chunk = Chunk(tuple(indices), request.file_bytes)
-            return Plan(request, KIND_PDF, [chunk], len(indices), False, partial, deadline)
-        chunks = iter_chunks(request.file_bytes, indices, self.config.pages_per_chunk)
-        return Plan(request, KIND_PDF, chunks, len(indices), True, partial, deadline)
+            return Plan(request, KIND_PDF, [tuple(indices)], len(indices), False, partial,
+                        deadline)
+        groups = group_pages(indices, self.config.pages_per_chunk)
+        return Plan(request, KIND_PDF, groups, len(indices), True, partial, deadline)
+
+    def open(self, plan: Plan, priority: str = INTERACTIVE) -> Document:
+        """Admit the document into the queue (429 when it does not fit, 503 when no replica
+        is ready) and start sending its pages as replicas have room."""
+        if not self.replicas.any_ready():
+            metrics.REFUSED.labels("no_replica").inc()
+            raise ApiError(503, "No OCR replica is ready: retry shortly", {"Retry-After": "2"})
+        try:
+            ticket = self.front.admit(plan.num_pages, len(plan.request.file_bytes))
+        except ApiError:
+            metrics.REFUSED.labels("queue_full").inc()
+            raise
+        metrics.QUEUED_PAGES.set(self.front.queued_pages)
+        try:
+            cutter = plan.make_cutter()
+        except BaseException:
+            self._close_ticket(ticket)
+            raise
+        doc = Document(plan.groups, cutter, lambda chunk: self._chunk_body(plan, chunk),
+                       log_id=plan.request.log_id, deadline=plan.deadline, kind=plan.kind,
+                       priority=priority, on_finish=lambda _: self._close_ticket(ticket))
+        doc.ticket = ticket
+        return self.scheduler.submit(doc)
+
+    def _close_ticket(self, ticket) -> None:
+        self.front.release(ticket)
+        metrics.QUEUED_PAGES.set(self.front.queued_pages)
 
     def _chunk_body(self, plan: Plan, chunk: Chunk) -> bytes:
         request = plan.request
         page_range = None if plan.split else request.page_range
-        body = request.forward_body(chunk.pdf, plan.kind, page_range)
-        return json.dumps(body).encode()
+        return json.dumps(request.forward_body(chunk.pdf, plan.kind, page_range)).encode()
 
-    def _process_chunk(self, plan: Plan, chunk: Chunk) -> list[PageOutcome]:
-        label = (f"page(s) {chunk.page_indices[0] + 1}-{chunk.page_indices[-1] + 1}"
-                 if len(chunk.page_indices) > 1 else f"page {chunk.page_indices[0] + 1}")
-        try:
-            reply = self.dispatcher.send(self._chunk_body(plan, chunk),
-                                         log_id=plan.request.log_id, deadline=plan.deadline,
-                                         label=label)
-            return assemble.pages_from_reply(reply, chunk.page_indices, plan.kind)
-        except ChunkFailed as exc:
-            return assemble.failed_pages(chunk.page_indices, exc.status, exc.message,
-                                         plan.kind)
-        except assemble.MalformedReply as exc:
-            return assemble.failed_pages(chunk.page_indices, 502, str(exc), plan.kind)
-
-    def pages_in_order(self, plan: Plan, keep_sending: Callable[[], bool] = lambda: True
+    def pages_in_order(self, plan: Plan, keep_sending: Callable[[], bool] = lambda: True, *,
+                       priority: str = INTERACTIVE, document: Document | None = None,
+                       client_gone: Callable[[], bool] = lambda: False
                        ) -> Iterator[PageOutcome]:
         """Every page's outcome in page order, each as soon as it and all before it are done.
-        At most max_inflight_per_request chunks are outstanding. Once `keep_sending()` turns
-        False no new chunk goes out (the ones in flight still come back); closing the iterator
-        cancels the chunks not yet sent."""
-        chunks = iter(plan.chunks)
-        window = self.config.max_inflight_per_request
-        futures: dict[int, Future] = {}
-        next_position, head = 0, 0
-        exhausted = False
+        Once `keep_sending()` turns False no new chunk goes out (those in flight still come
+        back). Closing the iterator, or the client going away, takes the document's queued
+        pages out of the queue."""
+        doc = document or self.open(plan, priority)
         try:
-            while True:
-                while not exhausted and sum(not f.done() for f in futures.values()) < window:
-                    chunk = next(chunks, None) if keep_sending() else None
-                    if chunk is None:
-                        exhausted = True
-                        break
-                    futures[next_position] = self.executor.submit(self._process_chunk, plan,
-                                                                  chunk)
-                    next_position += 1
-                while head in futures and futures[head].done():
-                    yield from futures.pop(head).result()
-                    head += 1
-                if exhausted and head == next_position:
-                    return
-                pending = [f for f in futures.values() if not f.done()]
-                remaining = plan.deadline - time.monotonic() + 5.0
-                if remaining <= 0:
-                    raise ApiError(504, "The request deadline passed before all pages were "
-                                        "processed")
-                wait(pending, timeout=remaining, return_when=FIRST_COMPLETED)
+            for pages in doc.in_order(client_gone):
+                self.front.pages_done(doc.ticket, len(pages))
+                metrics.QUEUED_PAGES.set(self.front.queued_pages)
+                yield from pages
+                if not keep_sending():
+                    self.scheduler.stop_sending(doc)
         finally:
-            for future in futures.values():
-                future.cancel()
-            close = getattr(chunks, "close", None)
-            if close:
-                close()
+            self.scheduler.finish(doc)
 
-    def collect(self, plan: Plan) -> dict[str, Any]:
+    def collect(self, plan: Plan, document: Document | None = None,
+                client_gone: Callable[[], bool] = lambda: False) -> dict[str, Any]:
         """The whole document as one PaddleX envelope. Without partial results, the first
         failed page stops new pages going out; the error names every page that failed among
         those already sent."""
         pages: list[PageOutcome] = []
         failed: list[PageOutcome] = []
-        outcomes = self.pages_in_order(plan, keep_sending=lambda: plan.partial or not failed)
+        outcomes = self.pages_in_order(plan, lambda: plan.partial or not failed,
+                                       document=document, client_gone=client_gone)
         try:
             for page in outcomes:
                 pages.append(page)
@@ -188,14 +226,18 @@ class GatewayService:
                                 assemble.document_result(pages,
                                                          plan.request.page_range is not None))
 
-    def stream(self, plan: Plan) -> Iterator[bytes]:
-        """NDJSON: one line per page in order, then a summary line."""
+    def stream(self, plan: Plan, document: Document | None = None) -> Iterator[bytes]:
+        """NDJSON: one line per page in order (each with the document's page count), then a
+        summary line."""
         pages: list[PageOutcome] = []
-        outcomes = self.pages_in_order(plan)
+        outcomes = self.pages_in_order(plan, document=document)
         try:
             for page in outcomes:
                 pages.append(page)
-                yield _line(assemble.stream_page_line(plan.request.log_id, page))
+                line = assemble.stream_page_line(plan.request.log_id, page)
+                if plan.kind == KIND_PDF:
+                    line["numPages"] = plan.num_pages
+                yield _line(line)
                 if page.error_code and not plan.partial:
                     break
         except ApiError as exc:
@@ -209,6 +251,7 @@ class GatewayService:
 
     def shutdown(self) -> None:
         self.replicas.stop()
+        self.scheduler.stop()
         self.executor.shutdown(wait=False, cancel_futures=True)
 
 

@@ -54,29 +54,60 @@ def group_pages(page_indices: list[int], pages_per_chunk: int) -> list[tuple[int
     return [tuple(group) for group in groups]
 
 
+class PdfCutter:
+    """Cuts groups of pages out of one PDF, in any order, each only when asked for (so the
+    first pages are on their way to replicas while later ones are not cut yet, and a page
+    sent again is cut again rather than kept). A damaged page fails only its own group."""
+
+    def __init__(self, data: bytes):
+        with PDFIUM_LOCK:
+            self._source = open_pdf(data)
+
+    def cut(self, group: tuple[int, ...]) -> Chunk:
+        with PDFIUM_LOCK:
+            if self._source is None:
+                raise unprocessable("The document is closed")
+            part = pdfium.PdfDocument.new()
+            try:
+                part.import_pages(self._source, list(group))
+                buffer = io.BytesIO()
+                part.save(buffer)
+            except pdfium.PdfiumError as exc:
+                raise unprocessable(f"Page(s) {group[0] + 1}-{group[-1] + 1} of the PDF "
+                                    f"cannot be read ({exc}): the file is damaged") from None
+            finally:
+                part.close()
+        return Chunk(tuple(group), buffer.getvalue())
+
+    def close(self) -> None:
+        with PDFIUM_LOCK:
+            if self._source is not None:
+                self._source.close()
+                self._source = None
+
+
+class WholeFile:
+    """The cutter of a document that is sent whole (an image, or a PDF that fits one chunk)."""
+
+    def __init__(self, data: bytes):
+        self._data = data
+
+    def cut(self, group: tuple[int, ...]) -> Chunk:
+        return Chunk(tuple(group), self._data)
+
+    def close(self) -> None:
+        pass
+
+
 def iter_chunks(data: bytes, page_indices: list[int],
                 pages_per_chunk: int = 1) -> Iterator[Chunk]:
-    """Chunks in page order, each made only when asked for, so the first pages can be on
-    their way to replicas while later ones are still being cut."""
-    with PDFIUM_LOCK:
-        source = open_pdf(data)
+    """Chunks in page order, each made only when asked for."""
+    cutter = PdfCutter(data)
     try:
         for group in group_pages(page_indices, pages_per_chunk):
-            with PDFIUM_LOCK:
-                part = pdfium.PdfDocument.new()
-                try:
-                    part.import_pages(source, list(group))
-                    buffer = io.BytesIO()
-                    part.save(buffer)
-                except pdfium.PdfiumError as exc:
-                    raise unprocessable(f"Page(s) {group[0] + 1}-{group[-1] + 1} of the PDF "
-                                        f"cannot be read ({exc}): the file is damaged") from None
-                finally:
-                    part.close()
-            yield Chunk(group, buffer.getvalue())
+            yield cutter.cut(group)
     finally:
-        with PDFIUM_LOCK:
-            source.close()
+        cutter.close()
 
 
 def split_pdf(data: bytes, page_indices: list[int], pages_per_chunk: int = 1) -> list[Chunk]:

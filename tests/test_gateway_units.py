@@ -7,7 +7,8 @@ import pytest
 from gateway import assemble
 from gateway.config import GatewayConfig
 from gateway.split import group_pages, split_pdf
-from gateway.upstreams import MODE_DNS, MODE_LIST, NoReplicas, ReplicaSet
+from gateway.outcome import Outcome
+from gateway.upstreams import MODE_DNS, MODE_LIST, LimitSettings, NoReplicas, ReplicaSet
 from loadtest import documents
 from services.ocr_api.settings import ConfigError
 
@@ -84,7 +85,7 @@ def test_least_outstanding_wins_and_ties_rotate():
     second = replicas.acquire()
     third = replicas.acquire()
     assert {first.url, second.url, third.url} == {"http://a", "http://b", "http://c"}
-    replicas.release(second, "ok")
+    replicas.release(second, Outcome.OK)
     assert replicas.acquire().url == second.url  # the only one with nothing outstanding
 
 
@@ -92,7 +93,7 @@ def test_a_page_avoids_replicas_it_already_failed_on():
     replicas = replica_set(["http://a", "http://b"])
     chosen = replicas.acquire(exclude={"http://a"})
     assert chosen.url == "http://b"
-    replicas.release(chosen, "busy")
+    replicas.release(chosen, Outcome.OK)
     # with every replica excluded it still gets one rather than failing
     assert replicas.acquire(exclude={"http://a", "http://b"}).url in ("http://a", "http://b")
 
@@ -101,24 +102,27 @@ def test_a_replica_that_goes_down_is_ejected_for_a_while():
     clock = Clock()
     replicas = replica_set(["http://a", "http://b"], eject_s=10, clock=clock)
     down = replicas.acquire()
-    replicas.release(down, "down")
+    replicas.release(down, Outcome.DOWN)
     picks = set()
     for _ in range(4):
         replica = replicas.acquire()
         picks.add(replica.url)
-        replicas.release(replica, "ok")
+        replicas.release(replica, Outcome.OK)
     assert picks == {"http://a", "http://b"} - {down.url}
     clock.now += 11
     assert down.eligible(clock.now)
 
 
-def test_all_ejected_still_tries_the_one_back_soonest():
+def test_all_ejected_waits_for_the_one_back_soonest():
     clock = Clock()
     replicas = replica_set(["http://a", "http://b"], eject_s=10, clock=clock)
     a, b = replicas.acquire(), replicas.acquire()
-    replicas.release(a, "down")
+    replicas.release(a, Outcome.DOWN)
     clock.now += 5
-    replicas.release(b, "down")
+    replicas.release(b, Outcome.DOWN)
+    assert replicas.acquire() is None  # pages wait in the gateway's queue
+    assert replicas.next_change() == pytest.approx(clock.now + 5)
+    clock.now += 5
     assert replicas.acquire().url == a.url
 
 
@@ -137,7 +141,7 @@ def test_dns_discovery_adds_and_removes_replicas():
     replicas.probe_all()
     assert [r.url for r in replicas.replicas()] == ["http://10.0.0.2:8101"]
     assert replicas.acquire().url == "http://10.0.0.2:8101"
-    replicas.release(busy, "ok")  # the vanished replica's last page still completes
+    replicas.release(busy, Outcome.OK)  # the vanished replica's last page still completes
     answers["addresses"] = []
     replicas.refresh()
     with pytest.raises(NoReplicas):

@@ -35,11 +35,14 @@ def test_rendered_config_passes_nginx_t(tmp_path):
         text = config.read_text()
         assert ("least_conn;" in text) == (balance == "least_conn")
         for directive in ("keepalive 64;", "max_fails=3 fail_timeout=10s",
-                          "proxy_next_upstream error timeout http_502 http_503 non_idempotent;",
+                          "proxy_next_upstream error timeout http_502 non_idempotent;",
                           "proxy_next_upstream_tries 3;", "client_max_body_size 300m;",
                           "proxy_read_timeout 600s;", 'proxy_set_header Connection "";'):
             assert directive in text, directive
         assert "successful" in nginx.check_config(config, tmp_path / "run")
+        # busy is not down: a worker's 503 must never count toward max_fails
+        failure_set = re.search(r"proxy_next_upstream ([^;]*);", text).group(1).split()
+        assert "http_503" not in failure_set and "http_429" not in failure_set
 
 
 def test_committed_example_matches_the_template():

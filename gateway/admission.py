@@ -1,0 +1,94 @@
+"""The gateway's front door: a document is admitted only if its pages (and bytes) fit the
+queue, so once admitted it is never failed for lack of capacity; otherwise it gets 429 with a
+Retry-After estimated from the pages/s the fleet has been doing, before any page is sent.
+Also keeps that rate (pages done over the last minute) for Retry-After and the fleet panel.
+Pure apart from a lock; the clock is injected."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+from services.ocr_api.errors import ApiError
+
+RATE_WINDOW_S = 60.0
+
+
+@dataclass
+class Ticket:
+    pages: int
+    nbytes: int
+    done_pages: int = 0
+    released: bool = False
+
+
+class FrontDoor:
+    def __init__(self, max_pages: int, max_bytes: int,
+                 clock: Callable[[], float] = time.monotonic):
+        self.max_pages = max_pages
+        self.max_bytes = max_bytes
+        self._clock = clock
+        self._lock = threading.Lock()
+        self.queued_pages = 0
+        self.queued_bytes = 0
+        self._done: deque[tuple[float, int]] = deque()
+
+    def check_room(self) -> None:
+        """Before the body is read: refuse at once when the queue is already full."""
+        with self._lock:
+            if self.queued_pages >= self.max_pages or self.queued_bytes >= self.max_bytes:
+                raise self._full()
+
+    def admit(self, pages: int, nbytes: int) -> Ticket:
+        """Reserve room for a whole document, or 429. A document larger than the whole queue
+        is admitted when the queue is empty (the page limit per request bounds it)."""
+        with self._lock:
+            empty = self.queued_pages == 0
+            if not empty and (self.queued_pages + pages > self.max_pages
+                              or self.queued_bytes + nbytes > self.max_bytes):
+                raise self._full()
+            self.queued_pages += pages
+            self.queued_bytes += nbytes
+            return Ticket(pages, nbytes)
+
+    def pages_done(self, ticket: Ticket, count: int) -> None:
+        with self._lock:
+            count = min(count, ticket.pages - ticket.done_pages)
+            if ticket.released or count <= 0:
+                return
+            ticket.done_pages += count
+            self.queued_pages -= count
+            self._done.append((self._clock(), count))
+
+    def release(self, ticket: Ticket) -> None:
+        with self._lock:
+            if ticket.released:
+                return
+            ticket.released = True
+            self.queued_pages -= ticket.pages - ticket.done_pages
+            self.queued_bytes -= ticket.nbytes
+
+    def pages_per_second(self) -> float:
+        with self._lock:
+            return self._rate_locked()
+
+    def _rate_locked(self) -> float:
+        now = self._clock()
+        while self._done and self._done[0][0] <= now - RATE_WINDOW_S:
+            self._done.popleft()
+        if not self._done:
+            return 0.0
+        span = max(1.0, min(RATE_WINDOW_S, now - self._done[0][0]))
+        return sum(count for _, count in self._done) / span
+
+    def _full(self) -> ApiError:
+        rate = self._rate_locked()
+        wait = self.queued_pages / rate if rate > 0 else 5.0
+        retry_after = max(1, min(300, math.ceil(wait)))
+        return ApiError(429, f"The gateway's queue is full ({self.queued_pages} pages queued, "
+                             f"limit {self.max_pages}): retry after {retry_after} s",
+                        {"Retry-After": str(retry_after)})

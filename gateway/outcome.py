@@ -1,0 +1,33 @@
+"""What one attempt to send a chunk to a replica came to: the one classification that the
+scheduler (retry or not), the replica set (eject or not, grow or shrink its limit) and the
+metrics all read. Busy is not down: a worker's 503 or 429 is backpressure, never a failure."""
+
+from __future__ import annotations
+
+import enum
+
+
+class Outcome(enum.Enum):
+    OK = "ok"              # 200: the pages came back
+    REJECTED = "rejected"  # a 4xx other than 429: the document's own problem, not retried
+    BUSY = "busy"          # 503 / 429: the replica is full or draining; send again later
+    FAILED = "failed"      # 500 and other 5xx from a live replica: retried within the budget
+    DOWN = "down"          # connection error, timeout, 502/504 from a proxy: retried, ejects
+
+    @property
+    def is_failure(self) -> bool:
+        """Counts against the page's attempts and the fleet-wide retry budget."""
+        return self in (Outcome.FAILED, Outcome.DOWN)
+
+
+def classify(status: int | None) -> Outcome:
+    """The outcome of an HTTP answer (`None`: no answer at all: refused, reset, timed out)."""
+    if status is None or status in (502, 504):
+        return Outcome.DOWN
+    if status == 200:
+        return Outcome.OK
+    if status in (429, 503):
+        return Outcome.BUSY
+    if status >= 500:
+        return Outcome.FAILED
+    return Outcome.REJECTED

@@ -1,0 +1,421 @@
+"""The gateway's page queue: admitted documents wait here, and a page goes out only when a
+replica has room for it (gateway.upstreams keeps each replica's adaptive limit).
+
+Fair share: documents take turns, one chunk (one page by default) per turn, round-robin within
+a priority class; interactive documents (/ocr) go before batch ones (jobs). A 1-page request
+that arrives behind eight 40-page PDFs is sent within one round of the queue (the next free
+slot after, at most, one page of each of those documents), not after 320 pages.
+
+Busy is not down: a chunk answered 503/429 goes back to the front of its document's queue
+without spending an attempt. A real failure (connection error, timeout, 5xx) is retried on
+another replica after a jittered backoff while the page has attempts left and the fleet-wide
+retry budget (gateway.budget) allows. A document past its deadline sends nothing more; a
+cancelled one (the client went away) drops its queued chunks.
+
+Threads: one scheduler thread per gateway process picks the next chunk (`_run`), cuts it from
+its document (lazily, gateway.split) and hands it to the executor, whose threads send it
+(`_send`) and book the answer (`_settle`). Request threads only read answers in page order
+(`Document.in_order`) and cancel. All document and queue state is guarded by one condition
+variable; `FairQueue` and `Document` are plain objects the tests drive with a fake clock."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import random
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Protocol
+
+from services.ocr_api.errors import ApiError
+
+from . import assemble, metrics
+from .assemble import PageOutcome
+from .budget import RetryBudget
+from .dispatch import Attempt, ReplicaClient
+from .outcome import Outcome
+from .split import Chunk
+from .upstreams import NoReplicas, Replica, ReplicaSet
+
+log = logging.getLogger("gateway.scheduler")
+
+INTERACTIVE = "interactive"
+BATCH = "batch"
+PRIORITIES = (INTERACTIVE, BATCH)
+ABANDON_AFTER_S = 60.0  # past its deadline, a document nobody reads is dropped from the queue
+
+
+class Cutter(Protocol):
+    """Makes the standalone document for one group of pages (gateway.split)."""
+
+    def cut(self, group: tuple[int, ...]) -> Chunk: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass
+class Task:
+    """One chunk of a document on its way: `position` is its place in the document's order."""
+
+    position: int
+    chunk: Chunk | None = None  # cut just before it is first sent
+    attempts: int = 0
+    tried: set[str] = field(default_factory=set)
+    not_before: float = 0.0
+
+
+class Document:
+    """One admitted document. The scheduler side (take, put_back, deliver) runs under the
+    scheduler's lock; the request side reads `answers` in order."""
+
+    _ids = itertools.count(1)
+
+    def __init__(self, groups: list[tuple[int, ...]], cutter: "Cutter",
+                 make_body: Callable[[Chunk], bytes], *, log_id: str, deadline: float,
+                 kind: str, priority: str = INTERACTIVE,
+                 on_finish: Callable[["Document"], None] = lambda doc: None):
+        self.id = next(self._ids)
+        self.groups = groups
+        self.num_chunks = len(groups)
+        self.make_body = make_body
+        self.log_id = log_id
+        self.deadline = deadline
+        self.kind = kind
+        self.priority = priority
+        self.on_finish = on_finish
+        self.pending: deque[Task] = deque()  # chunks put back (busy or retry), by position
+        self.next_position = 0
+        self.inflight = 0
+        self.stopped = False  # nothing more is sent (deadline, cancel, or failure)
+        self.finished = False
+        self.answers: queue.Queue = queue.Queue()
+        self._cutter = cutter
+        self._cut_lock = threading.Lock()  # the cutter is used or closed under it
+
+    # ---- scheduler side ----------------------------------------------------------------------
+    def sendable(self, now: float) -> bool:
+        if self.stopped:
+            return False
+        return self.next_position < self.num_chunks or any(
+            t.not_before <= now for t in self.pending)
+
+    def take(self, now: float) -> Task:
+        for task in self.pending:
+            if task.not_before <= now:
+                self.pending.remove(task)
+                return task
+        task = Task(self.next_position)
+        self.next_position += 1
+        return task
+
+    def put_back(self, task: Task) -> None:
+        """Back in position order, so the earliest page goes out first."""
+        index = next((i for i, t in enumerate(self.pending) if t.position > task.position),
+                     len(self.pending))
+        self.pending.insert(index, task)
+
+    def earliest_retry(self) -> float | None:
+        return min((t.not_before for t in self.pending), default=None)
+
+    def cut(self, position: int) -> Chunk:
+        with self._cut_lock:
+            if self.finished:
+                raise ApiError(499, "the document was cancelled")
+            return self._cutter.cut(self.groups[position])
+
+    def close_source(self) -> None:
+        with self._cut_lock:
+            self._cutter.close()
+
+    # ---- request side ------------------------------------------------------------------------
+    def in_order(self, client_gone: Callable[[], bool] = lambda: False,
+                 grace_s: float = 5.0) -> Iterator[list[PageOutcome]]:
+        """Each chunk's pages in document order, as soon as it and all before it are done.
+        Ends early once the document is stopped and nothing more can arrive; raises 504 when
+        the deadline (plus a grace for pages in flight) passes, 499 if the client is gone."""
+        waiting: dict[int, list[PageOutcome]] = {}
+        head = 0
+        while head < self.num_chunks:
+            if head in waiting:
+                yield waiting.pop(head)
+                head += 1
+                continue
+            if self.stopped and self.inflight == 0 and self.answers.empty():
+                if time.monotonic() >= self.deadline:
+                    break
+                return  # stopped on purpose (a failed page without partial results)
+            remaining = self.deadline + grace_s - time.monotonic()
+            if remaining <= 0:
+                break
+            try:
+                position, pages = self.answers.get(timeout=min(remaining, 1.0))
+                waiting[position] = pages
+            except queue.Empty:
+                if client_gone():
+                    raise ApiError(499, "The client closed the connection") from None
+        if head < self.num_chunks:
+            raise ApiError(504, "The request deadline passed before all pages were processed")
+
+
+class FairQueue:
+    """Round-robin over the documents of each priority class, interactive first. Pure."""
+
+    def __init__(self):
+        self._rings: dict[str, deque[Document]] = {p: deque() for p in PRIORITIES}
+
+    def add(self, doc: Document) -> None:
+        self._rings[doc.priority].append(doc)
+
+    def remove(self, doc: Document) -> None:
+        try:
+            self._rings[doc.priority].remove(doc)
+        except ValueError:
+            pass
+
+    def documents(self) -> list[Document]:
+        return [doc for ring in self._rings.values() for doc in ring]
+
+    def pick(self, now: float) -> Document | None:
+        """The next document with a chunk to send now; it moves to the back of its ring."""
+        for priority in PRIORITIES:
+            ring = self._rings[priority]
+            for _ in range(len(ring)):
+                doc = ring[0]
+                ring.rotate(-1)
+                if doc.sendable(now):
+                    return doc
+        return None
+
+    def next_wake(self, now: float) -> float | None:
+        """The earliest time a waiting retry or a deadline needs the scheduler's attention."""
+        times = []
+        for doc in self.documents():
+            if not doc.stopped:
+                times.append(doc.deadline)
+                retry = doc.earliest_retry()
+                if retry is not None:
+                    times.append(retry)
+        return min(times) if times else None
+
+    def abandoned(self, now: float, after_s: float) -> list[Document]:
+        return [d for d in self.documents()
+                if d.stopped and d.inflight == 0 and d.deadline + after_s <= now]
+
+    def expire(self, now: float) -> list[Document]:
+        """Stop the documents whose deadline has passed: their queued chunks are never sent."""
+        expired = [d for d in self.documents() if not d.stopped and d.deadline <= now]
+        for doc in expired:
+            doc.stopped = True
+        return expired
+
+
+@dataclass(frozen=True)
+class SchedulerSettings:
+    max_attempts: int = 4
+    backoff_s: float = 0.2
+
+
+class Scheduler:
+    def __init__(self, replicas: ReplicaSet, client: ReplicaClient, executor: ThreadPoolExecutor,
+                 settings: SchedulerSettings, budget: RetryBudget,
+                 on_pages_done: Callable[[int], None] = lambda n: None):
+        self.replicas = replicas
+        self.client = client
+        self.executor = executor
+        self.settings = settings
+        self.budget = budget
+        self.on_pages_done = on_pages_done
+        self.fair = FairQueue()
+        self._cond = threading.Condition()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
+        replicas.on_change(self._wake)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    # ---- request-thread side -----------------------------------------------------------------
+    def submit(self, doc: Document) -> Document:
+        with self._cond:
+            self.fair.add(doc)
+            self._cond.notify_all()
+        return doc
+
+    def finish(self, doc: Document) -> None:
+        """The request is done with the document (answered, failed or gone): nothing more of
+        it is sent, and its place in the queue is freed."""
+        with self._cond:
+            if doc.finished:
+                return
+            doc.stopped = doc.finished = True
+            doc.pending.clear()
+            self.fair.remove(doc)
+        doc.close_source()
+        doc.on_finish(doc)
+
+    def stop_sending(self, doc: Document) -> None:
+        with self._cond:
+            doc.stopped = True
+            doc.pending.clear()
+
+    def snapshot(self) -> dict[str, int]:
+        with self._cond:
+            docs = self.fair.documents()
+            queued = sum(d.num_chunks - d.next_position + len(d.pending)
+                         for d in docs if not d.stopped)
+            return {"queuedChunks": queued, "queuedDocuments": len(docs),
+                    "inflightChunks": sum(d.inflight for d in docs)}
+
+    # ---- scheduler thread --------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if self._stop:
+                    return
+                picked = self._pick()
+                if picked is None:
+                    continue
+                doc, task = picked
+            self._dispatch(doc, task)
+
+    def _pick(self) -> tuple[Document, Task] | None:
+        """Under the lock: the next (document, chunk) to send, or None after waiting a while
+        for room, a retry's time or a new document."""
+        now = time.monotonic()
+        for doc in self.fair.expire(now):
+            metrics.EXPIRED.inc()
+            log.warning("deadline passed with pages queued; they are not sent",
+                        extra={"logId": doc.log_id})
+        for doc in self.fair.abandoned(now, ABANDON_AFTER_S):
+            self.finish(doc)  # its request never read it (e.g. a stream nobody started)
+        wake = self.fair.next_wake(now)
+        if not self.replicas.has_room():
+            wake = min(filter(None, (wake, self.replicas.next_change())), default=None)
+            self._cond.wait(timeout=_until(wake, now, cap=1.0))
+            return None
+        doc = self.fair.pick(now)
+        if doc is None:
+            self._cond.wait(timeout=_until(wake, now, cap=5.0))
+            return None
+        task = doc.take(now)
+        doc.inflight += 1
+        return doc, task
+
+    def _dispatch(self, doc: Document, task: Task) -> None:
+        try:
+            replica = self.replicas.acquire(task.tried)
+        except NoReplicas:
+            replica = None
+        if replica is None:  # only possible when the replica set changed under us
+            self._requeue(doc, task, delay=0.05)
+            return
+        if task.chunk is None:
+            try:
+                task.chunk = doc.cut(task.position)
+            except ApiError as exc:  # a damaged page, or the document was cancelled
+                self.replicas.give_back(replica)
+                self._settle_pages(doc, task, assemble.failed_pages(
+                    doc.groups[task.position], exc.status, exc.message, doc.kind))
+                return
+            self.budget.record_send()
+        self.executor.submit(self._send, doc, task, replica)
+
+    def _send(self, doc: Document, task: Task, replica: Replica) -> None:
+        """Executor thread: one attempt, then book its answer."""
+        if doc.stopped:
+            self.replicas.give_back(replica)
+            self._requeue(doc, task, delay=0.0)
+            return
+        try:
+            attempt = self.client.post(replica, doc.make_body(task.chunk), log_id=doc.log_id,
+                                       deadline=doc.deadline)
+        except Exception as exc:  # never lose a page to a bug in the send path
+            log.exception("sending a chunk failed")
+            attempt = Attempt(Outcome.FAILED, None, {}, f"gateway error: {type(exc).__name__}")
+        self.replicas.release(replica, attempt.outcome, attempt.capacity, attempt.free,
+                              attempt.retry_after_s)
+        self._settle(doc, task, replica.url, attempt)
+
+    def _settle(self, doc: Document, task: Task, url: str, attempt: Attempt) -> None:
+        outcome = attempt.outcome
+        metrics.ATTEMPTS.labels(outcome.value).inc()
+        if outcome is Outcome.OK:
+            try:
+                pages = assemble.pages_from_reply(attempt.payload, task.chunk.page_indices,
+                                                  doc.kind)
+            except assemble.MalformedReply as exc:
+                pages = assemble.failed_pages(task.chunk.page_indices, 502, str(exc), doc.kind)
+            self._settle_pages(doc, task, pages)
+        elif outcome is Outcome.REJECTED:
+            self._settle_pages(doc, task, assemble.failed_pages(
+                task.chunk.page_indices, attempt.status, attempt.message, doc.kind))
+        elif outcome is Outcome.BUSY:
+            self._requeue(doc, task, delay=0.0)
+        else:
+            self._retry_or_fail(doc, task, url, attempt)
+
+    def _retry_or_fail(self, doc: Document, task: Task, url: str, attempt: Attempt) -> None:
+        task.attempts += 1
+        task.tried.add(url)
+        reason = str(attempt.status) if attempt.status else "connection"
+        label = _label(task.chunk)
+        if (task.attempts < self.settings.max_attempts
+                and doc.deadline > time.monotonic() and self.budget.try_spend()):
+            metrics.RETRIES.labels(reason).inc()
+            log.warning("retrying chunk on another replica",
+                        extra={"chunk": label, "replica": url, "attempt": task.attempts,
+                               "status": attempt.status, "reason": attempt.message,
+                               "logId": doc.log_id})
+            self._requeue(doc, task, delay=self._backoff(task.attempts))
+            return
+        why = ("the fleet's retry budget is spent"
+               if task.attempts < self.settings.max_attempts else
+               f"after {task.attempts} attempt(s) on {len(task.tried)} replica(s)")
+        if task.attempts < self.settings.max_attempts:
+            metrics.RETRIES_DENIED.inc()
+        code = 504 if attempt.status == 504 or "timed out" in attempt.message else 502
+        if attempt.status and attempt.status >= 500 and attempt.status not in (502, 504):
+            code = attempt.status
+        self._settle_pages(doc, task, assemble.failed_pages(
+            task.chunk.page_indices, code, f"{label} failed {why}: {attempt.message}", doc.kind))
+
+    def _backoff(self, attempts: int) -> float:
+        return self.settings.backoff_s * (2 ** (attempts - 1)) * random.uniform(0.5, 1.5)
+
+    def _requeue(self, doc: Document, task: Task, delay: float) -> None:
+        with self._cond:
+            doc.inflight -= 1
+            if not doc.finished:
+                task.not_before = time.monotonic() + delay
+                doc.put_back(task)
+            self._cond.notify_all()
+
+    def _settle_pages(self, doc: Document, task: Task, pages: list[PageOutcome]) -> None:
+        with self._cond:
+            doc.answers.put((task.position, pages))  # before inflight drops: see in_order
+            doc.inflight -= 1
+            self._cond.notify_all()
+        self.on_pages_done(len(pages))
+
+
+def _until(when: float | None, now: float, cap: float) -> float:
+    return cap if when is None else max(0.001, min(cap, when - now))
+
+
+def _label(chunk: Chunk) -> str:
+    first, last = chunk.page_indices[0] + 1, chunk.page_indices[-1] + 1
+    return f"page(s) {first}-{last}" if last != first else f"page {first}"
+

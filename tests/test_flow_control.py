@@ -1,0 +1,331 @@
+"""Flow control without a server: busy is not down, adaptive replica limits, probation after
+a timeout, the fair queue's order, deadlines, the retry budget and the front door. The
+scheduler itself runs against fake replicas (a client object that answers from a script)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from gateway.admission import FrontDoor
+from gateway.budget import RetryBudget
+from gateway.dispatch import Attempt
+from gateway.outcome import Outcome, classify
+from gateway.scheduler import BATCH, INTERACTIVE, Document, FairQueue, Scheduler, \
+    SchedulerSettings
+from gateway.split import Chunk, WholeFile
+from gateway.upstreams import MODE_LIST, MODE_LOAD_BALANCER, LimitSettings, ReplicaSet
+from services.ocr_api.errors import ApiError
+
+
+class Clock:
+    def __init__(self, now: float = 100.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def replica_set(urls, mode=MODE_LIST, **kwargs):
+    return ReplicaSet(mode=mode, urls=urls, probe=lambda url: True, **kwargs)
+
+
+# ---- outcomes ------------------------------------------------------------------------------
+def test_busy_is_not_a_failure_and_only_no_answer_or_gateway_errors_are_down():
+    assert classify(503) is Outcome.BUSY and classify(429) is Outcome.BUSY
+    assert not Outcome.BUSY.is_failure
+    assert classify(None) is Outcome.DOWN and classify(502) is Outcome.DOWN
+    assert classify(500) is Outcome.FAILED and Outcome.FAILED.is_failure
+    assert classify(422) is Outcome.REJECTED and classify(200) is Outcome.OK
+
+
+# ---- replica limits ------------------------------------------------------------------------
+def test_a_503_never_ejects_it_halves_the_limit_and_pauses_briefly():
+    clock = Clock()
+    replicas = replica_set(["http://a"], clock=clock, limits=LimitSettings(target=4))
+    replicas.probe_all()
+    for _ in range(4):
+        assert replicas.acquire() is not None
+    assert replicas.acquire() is None  # at its limit: the page waits in the gateway
+    a = replicas.replicas()[0]
+    replicas.release(a, Outcome.BUSY, retry_after_s=1)
+    assert a.ejected_until == 0 and not a.probation and a.ready is not False
+    assert a.limit == 2.0
+    assert a.busy_until > clock.now  # a short pause, not an ejection
+    clock.now += 1.1
+    replicas.release(a, Outcome.BUSY)  # a second cut only after a while
+    assert a.limit == 1.0
+    for _ in range(20):  # many busy answers: still never ejected, limit never below 1
+        a.inflight += 1
+        replicas.release(a, Outcome.BUSY)
+        clock.now += 0.2
+    assert a.limit == 1.0 and a.ejected_until == 0 and replicas.any_ready()
+
+
+def test_the_limit_grows_while_the_worker_reports_room_and_holds_when_it_is_full():
+    replicas = replica_set(["http://a"], limits=LimitSettings(target=2, max_limit=64))
+    a = replicas.replicas()[0]
+    for _ in range(10):
+        replicas.acquire()
+        replicas.release(a, Outcome.OK, capacity=8, free=8)  # worker idle: grow
+    grown = a.limit
+    assert grown > 3
+    for _ in range(10):
+        replicas.acquire()
+        replicas.release(a, Outcome.OK, capacity=8, free=6)  # 2 admitted = target: hold
+    assert a.limit == grown
+    replicas.acquire()
+    replicas.release(a, Outcome.OK, capacity=8, free=2)  # others fill it: shrink
+    assert a.limit < grown
+    assert a.max_limit == 8  # the worker's reported capacity caps the limit
+
+
+def test_a_load_balancer_limit_grows_to_the_fleet_and_is_never_ejected():
+    replicas = replica_set(["http://nginx"], mode=MODE_LOAD_BALANCER,
+                           limits=LimitSettings(target=2, max_limit=16))
+    lb = replicas.replicas()[0]
+    for _ in range(200):
+        replicas.acquire()
+        replicas.release(lb, Outcome.OK)
+    assert lb.limit == 16  # grows to the configured ceiling without worker headers
+    replicas.acquire()
+    replicas.release(lb, Outcome.DOWN)
+    assert lb.ejected_until == 0 and lb.max_limit == 16
+
+
+def test_a_replica_that_timed_out_is_readmitted_only_by_a_real_answer():
+    clock = Clock()
+    replicas = replica_set(["http://a"], clock=clock, eject_s=10)
+    a = replicas.acquire()
+    replicas.release(a, Outcome.DOWN)
+    replicas.probe_all()  # /readyz says ready: not enough
+    assert replicas.acquire() is None
+    clock.now += 11
+    trial = replicas.acquire()
+    assert trial is not None and trial.probation
+    assert replicas.acquire() is None  # one trial page at a time
+    replicas.release(trial, Outcome.OK)
+    assert not a.probation
+    assert replicas.acquire() is not None and replicas.acquire() is not None
+
+
+# ---- the fair queue ------------------------------------------------------------------------
+def doc(pages, priority=INTERACTIVE, deadline=1e9):
+    groups = [(i,) for i in range(pages)]
+    return Document(groups, WholeFile(b""), lambda chunk: b"", log_id="t", deadline=deadline,
+                    kind="pdf", priority=priority)
+
+
+def test_round_robin_lets_a_small_document_overtake_long_ones():
+    fair = FairQueue()
+    long_docs = [doc(40) for _ in range(8)]
+    for d in long_docs:
+        fair.add(d)
+    for _ in range(16):  # two rounds are under way
+        fair.pick(0).take(0)
+    small = doc(1)
+    fair.add(small)
+    order = []
+    for _ in range(9):
+        picked = fair.pick(0)
+        picked.take(0)
+        order.append(picked)
+    assert small in order  # served within one round of the queue, not after 320 pages
+    assert sum(1 for d in long_docs if d.next_position == 3) >= 7
+
+
+def test_interactive_documents_go_before_batch_ones():
+    fair = FairQueue()
+    batch = doc(10, priority=BATCH)
+    interactive = doc(2)
+    fair.add(batch)
+    fair.add(interactive)
+    picks = [fair.pick(0) for _ in range(2)]
+    for picked in picks:
+        picked.take(0)
+    assert picks == [interactive, interactive]
+    assert fair.pick(0) is batch
+
+
+def test_a_put_back_chunk_goes_out_first_and_a_retry_waits_its_backoff():
+    d = doc(5)
+    first, second = d.take(0), d.take(0)
+    d.put_back(second)
+    d.put_back(first)
+    assert d.take(0).position == 0
+    second.not_before = 10.0
+    assert d.take(0).position == 2  # the retry of position 1 is not due yet
+    assert d.take(10.0).position == 1
+
+
+def test_a_document_past_its_deadline_sends_nothing_more():
+    fair = FairQueue()
+    late = doc(5, deadline=50.0)
+    fair.add(late)
+    assert fair.expire(49.0) == []
+    assert fair.expire(50.0) == [late]
+    assert fair.pick(51.0) is None
+
+
+# ---- retry budget and front door -----------------------------------------------------------
+def test_the_retry_budget_bounds_retries_fleet_wide():
+    clock = Clock()
+    budget = RetryBudget(ratio=0.1, min_retries=2, window_s=10, clock=clock)
+    for _ in range(100):
+        budget.record_send()
+    spent = sum(budget.try_spend() for _ in range(50))
+    assert spent == 12  # 2 + 10 % of 100
+    clock.now += 11
+    assert budget.try_spend()  # the window moved on
+
+
+def test_the_front_door_refuses_with_429_and_a_retry_after_before_anything_is_sent():
+    clock = Clock()
+    door = FrontDoor(max_pages=100, max_bytes=10_000, clock=clock)
+    first = door.admit(80, 1000)
+    with pytest.raises(ApiError) as refused:
+        door.admit(40, 1000)
+    assert refused.value.status == 429 and int(refused.value.headers["Retry-After"]) >= 1
+    door.pages_done(first, 30)
+    second = door.admit(40, 1000)
+    door.check_room()
+    door.release(first)
+    door.release(second)
+    assert door.queued_pages == 0 and door.queued_bytes == 0
+    assert door.admit(500, 1000).pages == 500  # bigger than the queue: only when it is empty
+    with pytest.raises(ApiError):
+        door.check_room()
+
+
+# ---- the scheduler against scripted replicas -----------------------------------------------
+class ScriptedClient:
+    """Answers attempts from `script(url, page_index, attempt_number)` -> status."""
+
+    def __init__(self, script):
+        self.script = script
+        self.lock = threading.Lock()
+        self.calls: list[tuple[str, int]] = []
+
+    def post(self, replica, body, *, log_id, deadline):
+        page = int(body.decode())
+        with self.lock:
+            self.calls.append((replica.url, page))
+            count = sum(1 for _, p in self.calls if p == page)
+        status = self.script(replica.url, page, count)
+        if status == 200:
+            payload = {"result": {"ocrResults": [{"prunedResult": {"rec_texts": [str(page)]}}],
+                                  "dataInfo": {"type": "pdf", "numPages": 1,
+                                               "pages": [{"width": 1, "height": 1}]}}}
+            return Attempt(Outcome.OK, 200, payload, "ok", capacity=4, free=3)
+        return Attempt(classify(status), status, {}, f"HTTP {status}", retry_after_s=1)
+
+
+class PageCutter:
+    def cut(self, group):
+        return Chunk(group, str(group[0]).encode())
+
+    def close(self):
+        pass
+
+
+@pytest.fixture
+def run_scheduler():
+    started = []
+
+    def make(script, urls=("http://a", "http://b"), max_attempts=4, budget=None):
+        replicas = replica_set(list(urls), limits=LimitSettings(busy_pause_s=0.001))
+        client = ScriptedClient(script)
+        executor = ThreadPoolExecutor(8)
+        scheduler = Scheduler(replicas, client, executor,
+                              SchedulerSettings(max_attempts=max_attempts, backoff_s=0.001),
+                              budget or RetryBudget())
+        scheduler.start()
+        started.append((scheduler, executor))
+        return scheduler, client
+
+    yield make
+    for scheduler, executor in started:
+        scheduler.stop()
+        executor.shutdown(wait=True)
+
+
+def submit(scheduler, pages, deadline_s=30.0, priority=INTERACTIVE):
+    d = Document([(i,) for i in range(pages)], PageCutter(), lambda chunk: chunk.pdf,
+                 log_id="t", deadline=time.monotonic() + deadline_s, kind="pdf",
+                 priority=priority)
+    return scheduler.submit(d)
+
+
+def texts(document):
+    return [p.ocr_result["prunedResult"]["rec_texts"][0] if not p.error_code else p.error_code
+            for pages in document.in_order() for p in pages]
+
+
+def test_busy_answers_are_sent_again_without_spending_attempts(run_scheduler):
+    # every page is refused as busy three times before it is taken: with max_attempts=2 a
+    # busy answer that counted as a failure would fail the document
+    scheduler, client = run_scheduler(lambda url, page, n: 503 if n <= 3 else 200,
+                                      max_attempts=2)
+    document = submit(scheduler, 6)
+    assert texts(document) == [str(i) for i in range(6)]
+    assert len(client.calls) == 24
+
+
+def test_a_failed_page_is_retried_on_another_replica(run_scheduler):
+    scheduler, client = run_scheduler(lambda url, page, n: 500 if url == "http://a" else 200)
+    document = submit(scheduler, 6)
+    assert texts(document) == [str(i) for i in range(6)]
+    for page in range(6):
+        assert client.calls[-1][0] == "http://b" or (
+            [c for c in client.calls if c[1] == page][-1][0] == "http://b")
+
+
+def test_a_poison_page_fails_after_its_attempts_and_the_others_succeed(run_scheduler):
+    scheduler, client = run_scheduler(lambda url, page, n: 500 if page == 3 else 200)
+    document = submit(scheduler, 6)
+    assert texts(document) == ["0", "1", "2", 500, "4", "5"]
+    assert sum(1 for _, p in client.calls if p == 3) == 4
+
+
+def test_a_spent_retry_budget_fails_instead_of_multiplying_load(run_scheduler):
+    budget = RetryBudget(ratio=0.0, min_retries=1)
+    scheduler, client = run_scheduler(lambda url, page, n: 500, budget=budget)
+    document = submit(scheduler, 5)
+    assert texts(document) == [500] * 5
+    assert len(client.calls) == 6  # five first attempts and the one retry the budget allows
+
+
+def test_a_cancelled_document_sends_none_of_its_queued_pages(run_scheduler):
+    gate = threading.Event()
+
+    def script(url, page, n):
+        gate.wait(10)
+        return 200
+
+    scheduler, client = run_scheduler(script)
+    document = submit(scheduler, 40)
+    deadline = time.monotonic() + 10
+    while len(client.calls) < 4 and time.monotonic() < deadline:  # both replicas full
+        time.sleep(0.01)
+    scheduler.finish(document)
+    gate.set()
+    quiet_until = time.monotonic() + 0.5
+    while time.monotonic() < quiet_until:
+        time.sleep(0.05)
+    assert len(client.calls) == 4
+
+
+def test_a_queued_page_past_its_deadline_is_not_sent(run_scheduler):
+    gate = threading.Event()
+    scheduler, client = run_scheduler(lambda url, page, n: 200 if gate.wait(10) else 200)
+    document = submit(scheduler, 40, deadline_s=0.3)
+    with pytest.raises(ApiError) as late:
+        texts(document)
+    assert late.value.status == 504
+    gate.set()
+    sent = len(client.calls)
+    assert sent <= 4  # only the pages that were already on replicas
+    scheduler.finish(document)
