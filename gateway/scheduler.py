@@ -1,10 +1,10 @@
 """The gateway's page queue: admitted documents wait here, and a page goes out only when a
 replica has room for it (gateway.upstreams keeps each replica's adaptive limit).
 
-Fair share: documents take turns, one chunk (one page by default) per turn, round-robin within
-a priority class; interactive documents (/ocr) go before batch ones (jobs). A 1-page request
-that arrives behind eight 40-page PDFs is sent within one round of the queue (the next free
-slot after, at most, one page of each of those documents), not after 320 pages.
+Fair share: within a priority class, the next free slot goes to the document with the fewest
+chunks in flight, ties taken in turn (round-robin); interactive documents (/ocr) go before
+batch ones (jobs). Documents thus hold equal shares of the fleet's slots, and a 1-page request
+that arrives behind eight 40-page PDFs takes the very next free slot, not the 321st.
 
 Busy is not down: a chunk answered 503/429 goes back to the front of its document's queue
 without spending an attempt. A real failure (connection error, timeout, 5xx) is retried on
@@ -46,6 +46,7 @@ log = logging.getLogger("gateway.scheduler")
 INTERACTIVE = "interactive"
 BATCH = "batch"
 PRIORITIES = (INTERACTIVE, BATCH)
+CLIENT_CHECK_S = 0.5  # how often a waiting request checks that its client is still there
 ABANDON_AFTER_S = 60.0  # past its deadline, a document nobody reads is dropped from the queue
 
 
@@ -139,7 +140,12 @@ class Document:
         the deadline (plus a grace for pages in flight) passes, 499 if the client is gone."""
         waiting: dict[int, list[PageOutcome]] = {}
         head = 0
+        next_check = time.monotonic() + CLIENT_CHECK_S
         while head < self.num_chunks:
+            if time.monotonic() >= next_check:
+                if client_gone():
+                    raise ApiError(499, "The client closed the connection")
+                next_check = time.monotonic() + CLIENT_CHECK_S
             if head in waiting:
                 yield waiting.pop(head)
                 head += 1
@@ -152,11 +158,10 @@ class Document:
             if remaining <= 0:
                 break
             try:
-                position, pages = self.answers.get(timeout=min(remaining, 1.0))
+                position, pages = self.answers.get(timeout=min(remaining, CLIENT_CHECK_S))
                 waiting[position] = pages
             except queue.Empty:
-                if client_gone():
-                    raise ApiError(499, "The client closed the connection") from None
+                pass
         if head < self.num_chunks:
             raise ApiError(504, "The request deadline passed before all pages were processed")
 
@@ -180,14 +185,19 @@ class FairQueue:
         return [doc for ring in self._rings.values() for doc in ring]
 
     def pick(self, now: float) -> Document | None:
-        """The next document with a chunk to send now; it moves to the back of its ring."""
+        """The next document with a chunk to send now: of the first priority class that has
+        one, the document with the fewest chunks in flight, ties in turn (it then moves to the
+        back of its ring). So documents share the fleet's slots evenly, and a new document
+        (nothing in flight yet) gets the very next free slot."""
         for priority in PRIORITIES:
             ring = self._rings[priority]
-            for _ in range(len(ring)):
-                doc = ring[0]
-                ring.rotate(-1)
-                if doc.sendable(now):
-                    return doc
+            ready = [(doc.inflight, turn, doc) for turn, doc in enumerate(ring)
+                     if doc.sendable(now)]
+            if ready:
+                doc = min(ready, key=lambda item: item[:2])[2]
+                ring.remove(doc)
+                ring.append(doc)
+                return doc
         return None
 
     def next_wake(self, now: float) -> float | None:

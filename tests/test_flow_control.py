@@ -119,22 +119,32 @@ def doc(pages, priority=INTERACTIVE, deadline=1e9):
                     kind="pdf", priority=priority)
 
 
-def test_round_robin_lets_a_small_document_overtake_long_ones():
+def test_a_small_document_takes_the_next_free_slot_behind_long_ones():
     fair = FairQueue()
     long_docs = [doc(40) for _ in range(8)]
     for d in long_docs:
         fair.add(d)
-    for _ in range(16):  # two rounds are under way
-        fair.pick(0).take(0)
-    small = doc(1)
-    fair.add(small)
-    order = []
-    for _ in range(9):
+    for _ in range(16):  # two rounds are in flight
         picked = fair.pick(0)
         picked.take(0)
-        order.append(picked)
-    assert small in order  # served within one round of the queue, not after 320 pages
-    assert sum(1 for d in long_docs if d.next_position == 3) >= 7
+        picked.inflight += 1
+    assert [d.inflight for d in long_docs] == [2] * 8  # equal shares, in turn
+    small = doc(1)
+    fair.add(small)
+    assert fair.pick(0) is small  # not after 320 pages, not even after one round
+
+
+def test_documents_share_slots_round_robin():
+    fair = FairQueue()
+    docs = [doc(10) for _ in range(3)]
+    for d in docs:
+        fair.add(d)
+    order = []
+    for _ in range(6):
+        picked = fair.pick(0)
+        picked.take(0)
+        order.append(docs.index(picked))
+    assert order == [0, 1, 2, 0, 1, 2]
 
 
 def test_interactive_documents_go_before_batch_ones():
