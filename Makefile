@@ -9,7 +9,7 @@ PORT ?= 8101
 WORKERS ?= 2
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: install system-deps models run worker test bench bench-scaling loadtest k8s-validate clean
+.PHONY: install system-deps models run worker test bench bench-scaling bench-overload loadtest k8s-validate clean
 
 install: system-deps $(STAMP) $(MODELS_STAMP)
 
@@ -42,6 +42,9 @@ bench: install
 
 bench-scaling: install
 	$(PY) -m loadtest.bench_scaling
+
+bench-overload: install
+	$(PY) -m loadtest.bench_overload
 
 loadtest: install
 	$(PY) -m loadtest.run_locust

@@ -2,12 +2,14 @@
 
 1. fleet scaling, sim engine, N = 1..16 replicas behind the gateway (loadtest/bench_scaling.py)
    -> scaling.json, scaling.png
+1b. flow control under overload: 8 long PDFs + a stream of images, 10x burst, sim engine
+   (loadtest/bench_overload.py) -> overload.json
 2. real engine, 1 vs 2 workers x 1 thread, and HTTP vs in-process serving overhead, dense A4
    pages (loadtest/bench_engine.py) -> engine.json
 3. worker RSS over a 2,000-request soak (loadtest/bench_soak.py) -> soak.json
 4. batching on/off (loadtest/bench_batching.py) -> batching.json
 The summary goes to summary.json. About 6 minutes on 2 cores; BENCH_QUICK=1 shortens every
-part (about 2.5 minutes), BENCH_SKIP=batching,soak,engine,scaling leaves parts out. Each part's
+part (about 2.5 minutes), BENCH_SKIP=batching,soak,engine,overload,scaling leaves parts out. Each part's
 own knobs are in its module docstring.
 
 Exit status 0 when every part ran and every answer was right; goals missed show as FAIL in the
@@ -21,7 +23,8 @@ import time
 import traceback
 from typing import Any, Callable
 
-from loadtest import bench_batching, bench_engine, bench_scaling, bench_soak, figures, report
+from loadtest import (bench_batching, bench_engine, bench_overload, bench_scaling, bench_soak,
+                      figures, report)
 
 
 def quick() -> bool:
@@ -74,8 +77,15 @@ def run_batching() -> tuple[dict[str, Any], list[list[Any]]]:
     return result, bench_batching.rows(result)
 
 
+def run_overload() -> tuple[dict[str, Any], list[list[Any]]]:
+    result = bench_overload.run(bench_overload.OverloadSettings.from_env())
+    report.write_json("overload.json", result)
+    return result, bench_overload.goals(result)
+
+
 PARTS: dict[str, Callable[[], tuple[dict[str, Any], list[list[Any]]]]] = {
-    "scaling": run_scaling, "engine": run_engine, "soak": run_soak, "batching": run_batching}
+    "scaling": run_scaling, "overload": run_overload, "engine": run_engine, "soak": run_soak,
+    "batching": run_batching}
 
 
 def wrong_answers(name: str, result: dict[str, Any]) -> int:
@@ -83,6 +93,8 @@ def wrong_answers(name: str, result: dict[str, Any]) -> int:
         return sum(f["failures"] + len(f["pdf_failures"]) for f in result["fleets"])
     if name == "engine":
         return result["http_1_worker"]["failures"] + result["http_2_workers"]["failures"]
+    if name == "overload":
+        return bench_overload.wrong_answers(result)
     if name == "batching":
         return sum(s["failures"] for s in result["settings"].values())
     return result.get("failures", 0)
@@ -123,7 +135,7 @@ def main() -> int:
           f"{summary['seconds']:.0f} s{', BENCH_QUICK' if quick() else ''})")
     print(report.table(["benchmark", "measured", "goal", "verdict"], rows))
     print(f"results: {path.parent}/ (summary.json, scaling.json, scaling.png, engine.json, "
-          "soak.json, batching.json, logs/)")
+          "overload.json, soak.json, batching.json, logs/)")
     return 1 if broken else 0
 
 

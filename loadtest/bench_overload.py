@@ -229,7 +229,7 @@ def run(settings: OverloadSettings) -> dict[str, Any]:
             print("skipping the nginx fleet: nginx is not installed", file=sys.stderr)
             continue
         mixes.append(run_mix(mode, count, settings, log_dir))
-        print(table({"mix": mixes[-1:], "overload": None}), flush=True)
+        print(f"overload mix {mode} x{count}: {mixes[-1]}", file=sys.stderr, flush=True)
     return {"engine": "sim", "service_ms": settings.page_ms, "mix": mixes,
             "overload": run_overload(settings, log_dir), **report.stamp()}
 
@@ -256,6 +256,12 @@ def goals(result: dict[str, Any]) -> list[list[Any]]:
         rows.append(["10x overload: gateway peak RSS", f"{over['gateway_peak_rss_mib']} MiB",
                      "(reported)", ""])
     return rows
+
+
+def wrong_answers(result: dict[str, Any]) -> int:
+    mixes = sum(m["documents"] - m["documents_ok"] + m["images"] - m["images_ok"]
+                for m in result["mix"])
+    return mixes + result["overload"]["admitted_failed"]
 
 
 def table(result: dict[str, Any]) -> str:

@@ -1,12 +1,14 @@
 """Locust scenarios against the gateway (or any /ocr endpoint): users who send single images,
-short PDFs (2-4 pages) and long PDFs (16-32 pages), in a 6:3:1 mix with think time. Every
+short PDFs (2-4 pages) and long PDFs (16-32 pages), in a 6:3:1 mix with think time, and the
+flow-control mix (MixedLoadUser: 40-page PDFs with single images in between, little think
+time; `LOCUST_CLASSES=MixedLoadUser make loadtest` runs it alone). Every
 response is checked (loadtest/checks.py): HTTP 200, errorCode 0, one ocrResults entry per page
 sent, dataInfo, and for labelled PDFs read by the real engine, each page naming itself — a wrong
 answer counts as a failure.
 
 Headless: `make loadtest` (loadtest/run_locust.py). Interactive:
 `PYTHONPATH=. .venv/bin/locust -f loadtest/locustfile.py -H http://127.0.0.1:8080`.
-Knobs: LOCUST_LONG_PAGES (default "16,32"), LOCUST_TIMEOUT_S (default 300), LOCUST_VISUALIZE
+Knobs: LOCUST_LONG_PAGES (default "16,32"), LOCUST_MIXED_PAGES (default 40), LOCUST_TIMEOUT_S (default 300), LOCUST_VISUALIZE
 (default 0: requests say "visualize": false; 1: they ask for the visualization images; empty:
 the field is left out and the server's default applies — PaddleX serving's is to draw them)."""
 
@@ -22,6 +24,7 @@ from loadtest.payloads import JSON_HEADERS, Payload, locust_mix
 
 TIMEOUT_S = float(os.environ.get("LOCUST_TIMEOUT_S", "300"))
 LONG_PAGES = tuple(int(n) for n in os.environ.get("LOCUST_LONG_PAGES", "16,32").split(","))
+MIXED_PAGES = int(os.environ.get("LOCUST_MIXED_PAGES", "40"))
 _VISUALIZE_CHOICES = {"0": False, "1": True, "": None}
 if os.environ.get("LOCUST_VISUALIZE", "0") not in _VISUALIZE_CHOICES:
     raise SystemExit("LOCUST_VISUALIZE must be 0, 1 or empty")
@@ -29,7 +32,7 @@ VISUALIZE = _VISUALIZE_CHOICES[os.environ.get("LOCUST_VISUALIZE", "0")]
 
 
 def documents():
-    return locust_mix(LONG_PAGES, VISUALIZE)
+    return locust_mix(LONG_PAGES, VISUALIZE, MIXED_PAGES)
 
 
 @events.init.add_listener
@@ -68,6 +71,23 @@ class ShortPdfUser(HttpUser):
     @task
     def short_pdf(self):
         send_checked(self, random.choice(documents().short_pdfs), "/ocr pdf 2-4p")
+
+
+class MixedLoadUser(HttpUser):
+    """The flow-control mix (issue: several long PDFs at once plus small requests): a 40-page
+    PDF now and then, single images in between, no think time beyond a short pause. With
+    enough of these the gateway's queue holds the long documents while images overtake."""
+
+    weight = 1
+    wait_time = between(0.2, 0.5)
+
+    @task(1)
+    def long_pdf(self):
+        send_checked(self, documents().mixed_long_pdf, f"/ocr mixed pdf {MIXED_PAGES}p")
+
+    @task(8)
+    def image(self):
+        send_checked(self, random.choice(documents().images), "/ocr mixed image")
 
 
 class LongPdfUser(HttpUser):

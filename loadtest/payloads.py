@@ -72,10 +72,12 @@ class Mix:
     images: list[Payload]
     short_pdfs: list[Payload]
     long_pdfs: list[Payload]
+    mixed_long_pdf: Payload
 
 
 @lru_cache(maxsize=4)
-def locust_mix(long_pages: tuple[int, ...] = (16, 32), visualize: bool | None = False) -> Mix:
+def locust_mix(long_pages: tuple[int, ...] = (16, 32), visualize: bool | None = False,
+               mixed_pages: int = 40) -> Mix:
     """The documents the Locust users send, generated once per process."""
     v = visualize
     images = small_image_payloads(6, visualize=v) + dense_page_payloads(1, visualize=v)
@@ -83,4 +85,4 @@ def locust_mix(long_pages: tuple[int, ...] = (16, 32), visualize: bool | None = 
              labelled_pdf_payload(3, seed=2, visualize=v),
              table_pdf_payload(4, seed=3, visualize=v)]
     long = [labelled_pdf_payload(n, seed=10 + n, visualize=v) for n in long_pages]
-    return Mix(images, short, long)
+    return Mix(images, short, long, labelled_pdf_payload(mixed_pages, seed=40, visualize=v))

@@ -3,7 +3,8 @@ reports under bench/results/.
 
 Environment: HOST (default http://127.0.0.1:8080, the gateway), USERS (default 10),
 SPAWN_RATE (users started per second, default 2), DURATION (Locust's --run-time, default 60s),
-RESULTS_DIR (default bench/results), plus the locustfile's LOCUST_LONG_PAGES / LOCUST_TIMEOUT_S.
+RESULTS_DIR (default bench/results), LOCUST_CLASSES (user classes to run, e.g.
+MixedLoadUser; default all), plus the locustfile's LOCUST_LONG_PAGES / LOCUST_TIMEOUT_S.
 Exit status: Locust's — 1 when any request failed (a wrong answer counts as a failure)."""
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ def settings(environ=os.environ) -> dict[str, str]:
         "spawn_rate": environ.get("SPAWN_RATE") or "2",
         "duration": environ.get("DURATION") or "60s",
         "results": environ.get("RESULTS_DIR") or str(REPO_ROOT / "bench" / "results"),
+        "classes": (environ.get("LOCUST_CLASSES") or "").replace(",", " ").split(),
     }
 
 
@@ -37,7 +39,7 @@ def locust_command(config: dict[str, str]) -> list[str]:
             "--host", config["host"], "--users", config["users"],
             "--spawn-rate", config["spawn_rate"], "--run-time", config["duration"],
             "--stop-timeout", "30", "--csv", prefix, "--csv-full-history",
-            "--html", f"{prefix}.html", "--only-summary"]
+            "--html", f"{prefix}.html", "--only-summary", *config["classes"]]
 
 
 def main() -> int:

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from loadtest import (bench_all, bench_engine, bench_scaling, bench_soak, local_fleet,
-                      procstats, report)
+from loadtest import (bench_all, bench_engine, bench_overload, bench_scaling, bench_soak,
+                      local_fleet, procstats, report)
 from scripts.fleet import REPO_ROOT
 
 SCALING_KEYS = {"engine", "service_ms", "replicas", "pages_per_s", "efficiency", "pdf_pages",
@@ -40,6 +40,23 @@ def test_scaling_benchmark_smoke(results, tmp_path):
     json.dumps(scaling)  # what scaling.json gets
     plot = report.plot_scaling(scaling, tmp_path / "scaling.png")
     assert plot.read_bytes().startswith(b"\x89PNG")
+
+
+def test_overload_benchmark_smoke(results):
+    settings = bench_overload.OverloadSettings(page_ms=20, docs=3, pages=6, image_every_s=0.2,
+                                               fleets=[("list", 2)], overload_factor=3,
+                                               overload_queue_pages=6)
+    result = bench_overload.run(settings)
+    (mix,) = result["mix"]
+    assert mix["documents_ok"] == 3 and mix["images_ok"] == mix["images"] >= 1
+    assert mix["pages_per_s"] > 0 and mix["image_p95_s"] is not None
+    over = result["overload"]
+    assert over["documents"] == 6 and over["refused_429"] >= 1
+    assert over["admitted"] >= 1 and over["admitted_failed"] == 0
+    assert over["gateway_peak_rss_mib"] > 0
+    assert bench_overload.wrong_answers(result) == 0
+    assert "10x overload" in bench_overload.table(result)
+    json.dumps(result)
 
 
 def test_soak_measures_the_forked_worker_not_the_master(results, tmp_path):

@@ -206,10 +206,10 @@ def test_run_locust_settings_from_environment():
     assert "--headless" in command and "--csv" in command and "--html" in command
 
 
-def _run_locust(host: str, results, duration: str = "4s") -> tuple[int, dict[str, dict]]:
+def _run_locust(host: str, results, duration: str = "8s") -> tuple[int, dict[str, dict]]:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HOST": host, "USERS": "4",
            "SPAWN_RATE": "4", "DURATION": duration, "RESULTS_DIR": str(results),
-           "LOCUST_LONG_PAGES": "6"}
+           "LOCUST_LONG_PAGES": "6", "LOCUST_MIXED_PAGES": "6"}
     code = subprocess.run([sys.executable, "-m", "loadtest.run_locust"], env=env, cwd=REPO_ROOT,
                           capture_output=True, timeout=60).returncode
     with open(results / "locust_stats.csv", newline="") as handle:
