@@ -9,7 +9,7 @@ PORT ?= 8101
 WORKERS ?= 2
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: install system-deps models run worker test bench bench-scaling loadtest k8s-validate clean
+.PHONY: install system-deps models run worker test bench bench-scaling loadtest k8s-validate screenshots clean
 
 install: system-deps $(STAMP) $(MODELS_STAMP)
 
@@ -45,6 +45,9 @@ bench-scaling: install
 
 loadtest: install
 	$(PY) -m loadtest.run_locust
+
+screenshots: install
+	$(PY) -m scripts.ui_screenshots
 
 k8s-validate: install
 	$(PY) -m deploy.k8s.validate

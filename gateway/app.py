@@ -13,7 +13,7 @@ from services.flask_common import (create_service_app, json_response, outcome_of
                                    read_ocr_fields)
 from services.ocr_api.logs import current_log_id
 
-from . import metrics
+from . import metrics, web
 from .config import GatewayConfig
 from .service import GatewayService
 
@@ -34,6 +34,7 @@ def create_app(config: GatewayConfig | None = None, resolver=None, start: bool =
     app = create_service_app("gateway", max_file_bytes=config.max_bytes, readiness=readiness,
                              record_request=_record)
     app.extensions["gateway_service"] = service
+    web.register(app, service)  # the web page at / and GET /fleet
 
     @app.post("/ocr")
     def ocr():
