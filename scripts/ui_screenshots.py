@@ -1,9 +1,12 @@
 """`make screenshots`: the web page at desktop and phone width, after reading a 3-page PDF on a
-real fleet (two workers and the gateway on loopback), as PNGs in bench/results/ui/."""
+real fleet (two workers and the gateway on loopback), as PNGs in bench/results/ui/: the whole
+page (desktop.png, phone.png) and the desktop's first screenful in few colours
+(desktop-small.png, the copy kept as docs/web-page.png)."""
 
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 import tempfile
 from pathlib import Path
@@ -47,6 +50,15 @@ def read_document(page, base_url: str, path: Path) -> None:
     page.wait_for_selector("#progress-text:has-text('finished')", timeout=300_000)
 
 
+def write_small(png: bytes, target: Path) -> None:
+    """The first screenful, in 64 colours: small enough to keep in the repository (docs/)."""
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png)) as image:
+        image.convert("RGB").quantize(64).save(target, optimize=True)
+    print(f"wrote {target.relative_to(REPO_ROOT)} ({target.stat().st_size // 1024} KB)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "bench" / "results" / "ui")
@@ -73,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
                     target = args.out / f"{name}.png"
                     page.screenshot(path=str(target), full_page=True)
                     print(f"wrote {target.relative_to(REPO_ROOT)}")
+                    if name == "desktop":
+                        write_small(page.screenshot(), args.out / "desktop-small.png")
                     context.close()
         finally:
             stop_all(processes)

@@ -135,7 +135,9 @@
       }
     } catch (error) {
       if (error.name === "AbortError") showMessage("Cancelled.", "info");
-      else showMessage(`Could not reach the gateway: ${error.message}`);
+      else if (error instanceof SyntaxError) {
+        showMessage(`The gateway's answer could not be read (${error.message}).`);
+      } else showMessage(`Could not reach the gateway: ${error.message}`);
     } finally {
       if (current === run) {
         current.finished = performance.now();
