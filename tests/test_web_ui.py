@@ -98,6 +98,18 @@ def test_the_page_comes_from_the_gateway_alone_under_a_csp(context, local_gatewa
     assert requests.get(f"{base}/ui/app.js", timeout=10).status_code == 200
 
 
+def test_the_form_is_usable_from_the_keyboard_and_fits_a_phone(context, local_gateway):
+    page, _ = open_page(context, local_gateway["url"])
+    order = []
+    for _ in range(8):
+        page.keyboard.press("Tab")
+        order.append(page.evaluate("() => document.activeElement.id"))
+    assert order[:7] == ["api-key", "file", "page-range", "det-limit", "det-limit-type",
+                         "score-thresh", "submit"], order
+    page.set_viewport_size({"width": 360, "height": 740})
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= 360
+
+
 def test_the_fleet_panel_picks_up_a_new_replica_without_a_reload(context, local_gateway):
     dns = local_gateway["dns"]
     fleet = requests.get(f"{local_gateway['url']}/fleet", timeout=10).json()
@@ -260,6 +272,11 @@ def test_a_three_page_pdf_streams_into_three_panels_with_texts_boxes_and_downloa
     assert page.locator("#page-1 .lines li.hot").inner_text() == panel_texts(page, 1)[0]
     page.focus("#page-3 .lines li >> nth=2")
     assert page.locator('#page-3 .box.hot').get_attribute("data-index") == "2"
+
+    # a phone's width: one column, nothing wider than the screen
+    page.set_viewport_size({"width": 390, "height": 844})
+    assert page.evaluate("() => document.documentElement.scrollWidth") <= 390
+    page.set_viewport_size({"width": 1280, "height": 900})
 
     # copies and downloads
     page.click('#page-2 [data-action="copy"]')
