@@ -152,6 +152,7 @@ def test_errors_are_shown_in_words(context, local_gateway, tmp_path):
     assert expected in message.inner_text()
     assert "cannot process this document" in message.inner_text()
     assert page.locator("#pages .page").count() == 0
+    assert page.is_hidden("#progress-block")
 
     big = tmp_path / "big.png"
     big.write_bytes(documents.to_png(documents.text_image(["x"] * 3, width=400)) + b"\0" * 5000)

@@ -30,7 +30,8 @@
     pageRange: $("#page-range"), detLimit: $("#det-limit"), detLimitType: $("#det-limit-type"),
     scoreThresh: $("#score-thresh"), submit: $("#submit"), cancel: $("#cancel"),
     status: $("#status"), message: $("#message"), progress: $("#progress"),
-    progressText: $("#progress-text"), docActions: $("#doc-actions"), pages: $("#pages"),
+    progressText: $("#progress-text"), progressBlock: $("#progress-block"),
+    docActions: $("#doc-actions"), pages: $("#pages"),
     apiKey: $("#api-key"), fleetSummary: $("#fleet-summary"),
     fleetBody: $("#fleet-table tbody"), fleetError: $("#fleet-error"),
     template: $("#page-template"),
@@ -129,7 +130,7 @@
       current.total = totalFromHeader(response) ?? (current.kind === "image" ? 1 : null);
       updateProgress(current);
       await readLines(response.body, (line) => handleLine(current, line));
-      if (!current.summary && current === run) {
+      if (!current.summary && !current.stopped && current === run) {
         showMessage("The stream ended before the gateway said it was done: some pages may be "
           + "missing. Try again.");
       }
@@ -144,6 +145,7 @@
         updateProgress(current);
         setBusy(false);
         el.docActions.hidden = !current.pages.length;
+        el.progressBlock.hidden = !current.pages.length && !current.summary;
       }
     }
   }
@@ -187,6 +189,7 @@
     } else if (typeof line.numPages === "number") {
       current.total = line.numPages;  // a leading "how many pages" line, where a gateway sends one
     } else if (line.errorCode) {
+      current.stopped = true;
       showMessage(`${STATUS_WORDS[line.errorCode] || "The gateway stopped"} `
         + `(${line.errorCode}): ${line.errorMsg}`);
     }
@@ -515,6 +518,7 @@
     el.docActions.hidden = true;
     el.progress.value = 0;
     el.progressText.textContent = "";
+    el.progressBlock.hidden = false;
   }
 
   function setBusy(busy) {
