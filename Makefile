@@ -9,7 +9,7 @@ PORT ?= 8101
 WORKERS ?= 2
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: install system-deps models run worker test bench bench-scaling bench-overload loadtest k8s-validate clean
+.PHONY: install system-deps models run worker test bench bench-scaling bench-overload loadtest k8s-validate screenshots clean
 
 install: system-deps $(STAMP) $(MODELS_STAMP)
 
@@ -48,6 +48,9 @@ bench-overload: install
 
 loadtest: install
 	$(PY) -m loadtest.run_locust
+
+screenshots: install
+	$(PY) -m scripts.ui_screenshots
 
 k8s-validate: install
 	$(PY) -m deploy.k8s.validate

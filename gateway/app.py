@@ -15,7 +15,7 @@ from services.flask_common import (create_service_app, json_response, outcome_of
                                    read_ocr_fields)
 from services.ocr_api.logs import current_log_id
 
-from . import metrics
+from . import metrics, web
 from .config import GatewayConfig
 from .service import GatewayService
 
@@ -36,6 +36,7 @@ def create_app(config: GatewayConfig | None = None, resolver=None, start: bool =
     app = create_service_app("gateway", max_file_bytes=config.max_bytes, readiness=readiness,
                              record_request=_record)
     app.extensions["gateway_service"] = service
+    web.register(app, service)  # the web page at / and GET /fleet
 
     @app.post("/ocr")
     def ocr():
@@ -54,7 +55,10 @@ def create_app(config: GatewayConfig | None = None, resolver=None, start: bool =
             finally:
                 _record(200, time.monotonic() - started)
 
-        return Response(stream_with_context(lines()), mimetype=NDJSON)
+        response = Response(stream_with_context(lines()), mimetype=NDJSON)
+        if plan.kind == "pdf":
+            response.headers["X-Num-Pages"] = str(plan.num_pages)  # totals before page 1
+        return response
 
     if start:
         service.start()

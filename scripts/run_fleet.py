@@ -114,6 +114,7 @@ def main(argv=None) -> int:
         processes.append(gateway.start())
         gateway.wait_ready(60)
         print(f"ready: POST http://127.0.0.1:{args.gateway_port}/ocr  (Ctrl-C stops the fleet)")
+        print(f"web page: http://127.0.0.1:{args.gateway_port}/")
         while all(process.alive() for process in processes):
             time.sleep(0.5)
         dead = [process.name for process in processes if not process.alive()]

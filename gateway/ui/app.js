@@ -1,0 +1,641 @@
+// ocrfleet's web page: send a document to POST /ocr as an NDJSON stream, draw each page as it
+// arrives (the page image the worker saw, the detected boxes over it, the recognised lines
+// beside it), offer copies and downloads, and poll GET /fleet. Plain JavaScript, no build step,
+// no request leaves the gateway's origin.
+"use strict";
+
+(() => {
+  const NDJSON = "application/x-ndjson";
+  const KEY_STORE = "ocrfleet.apiKey";
+  const SVG_NS = "http://www.w3.org/2000/svg";
+  const FLEET_POLL_MS = 2000;
+  const STATUS_WORDS = {
+    400: "The gateway could not read the request",
+    401: "The gateway needs an API key: enter it at the top of the page",
+    403: "The gateway refused this API key",
+    404: "The gateway has no such endpoint",
+    406: "The gateway cannot answer in that format",
+    413: "The document is too large for this gateway",
+    415: "The gateway cannot answer in that format",
+    422: "The gateway cannot process this document with these options",
+    429: "The fleet is busy",
+    502: "The fleet failed to process the document",
+    503: "The fleet is not ready or is full",
+    504: "The document took longer than the gateway allows",
+  };
+
+  const $ = (selector) => document.querySelector(selector);
+  const el = {
+    form: $("#ocr-form"), file: $("#file"), fileName: $("#file-name"), drop: $("#drop"),
+    pageRange: $("#page-range"), detLimit: $("#det-limit"), detLimitType: $("#det-limit-type"),
+    scoreThresh: $("#score-thresh"), submit: $("#submit"), cancel: $("#cancel"),
+    status: $("#status"), message: $("#message"), progress: $("#progress"),
+    progressText: $("#progress-text"), progressBlock: $("#progress-block"),
+    docActions: $("#doc-actions"), pages: $("#pages"),
+    apiKey: $("#api-key"), fleetSummary: $("#fleet-summary"),
+    fleetBody: $("#fleet-table tbody"), fleetError: $("#fleet-error"),
+    template: $("#page-template"),
+  };
+
+  // ---- one run: everything about the document being read --------------------------------
+  let run = null;
+
+  function newRun(file, fields, kind) {
+    return {
+      file, fields, kind, base: file.name.replace(/\.[^.]+$/, "") || "document",
+      pages: [], summary: null, logId: null, total: null, started: performance.now(),
+      finished: null, controller: new AbortController(), urls: [],
+    };
+  }
+
+  function auth() {
+    const key = el.apiKey.value.trim();
+    return key ? { Authorization: `Bearer ${key}` } : {};
+  }
+
+  // ---- options -> multipart fields ------------------------------------------------------
+  // A PDF or TIFF page is drawn from the worker's inputImage (the page exactly as it was
+  // read), so those ask for `visualize`; an image is drawn from the upload itself, so it
+  // spares the workers the visualization.
+  function readFields(kind) {
+    const fields = { visualize: String(kind !== "image"), returnPartialResults: "true" };
+    const pageRange = el.pageRange.value.trim();
+    if (pageRange) fields.pageRange = pageRange;
+    if (el.detLimit.value !== "") fields.textDetLimitSideLen = el.detLimit.value;
+    if (el.detLimitType.value) fields.textDetLimitType = el.detLimitType.value;
+    if (el.scoreThresh.value !== "") fields.textRecScoreThresh = el.scoreThresh.value;
+    return fields;
+  }
+
+  function formData(file, fields) {
+    const body = new FormData();
+    body.append("file", file, file.name);
+    for (const [name, value] of Object.entries(fields)) body.append(name, value);
+    return body;
+  }
+
+  async function sniffKind(file) {
+    const head = new Uint8Array(await file.slice(0, 4).arrayBuffer());
+    const text = String.fromCharCode(...head);
+    if (text === "%PDF") return "pdf";
+    if (text === "II*\0" || text === "MM\0*") return "tiff";
+    return "image";
+  }
+
+  // ---- errors in words ------------------------------------------------------------------
+  async function describeHttpError(response) {
+    let detail = "";
+    try {
+      const body = await response.json();
+      detail = body.errorMsg || "";
+    } catch (_) { /* not JSON (a proxy's HTML page): the status says enough */ }
+    const words = STATUS_WORDS[response.status] || "The gateway answered with an error";
+    let text = `${words} (HTTP ${response.status})`;
+    if (detail) text += `: ${detail}`;
+    const retry = response.headers.get("Retry-After");
+    if (retry && (response.status === 429 || response.status === 503)) {
+      text += `. Try again in ${retry} s.`;
+    }
+    return text;
+  }
+
+  function showMessage(text, kind = "error") {
+    el.message.textContent = text;
+    el.message.className = `message ${kind}`;
+    el.message.hidden = !text;
+  }
+
+  // ---- submitting and reading the stream -------------------------------------------------
+  async function submit(event) {
+    event.preventDefault();
+    const file = el.file.files[0];
+    el.status.hidden = false;
+    if (!file) { showMessage("Choose a file first."); return; }
+    if (!el.form.reportValidity()) return;
+    if (run) run.controller.abort();
+    clearRun();
+    const kind = await sniffKind(file);
+    run = newRun(file, readFields(kind), kind);
+    const current = run;
+    setBusy(true);
+    try {
+      const response = await fetch("/ocr", {
+        method: "POST", body: formData(file, current.fields), signal: current.controller.signal,
+        headers: { ...auth(), Accept: NDJSON },
+      });
+      if (!response.ok) {
+        showMessage(await describeHttpError(response));
+        return;
+      }
+      current.total = totalFromHeader(response) ?? (current.kind === "image" ? 1 : null);
+      updateProgress(current);
+      await readLines(response.body, (line) => handleLine(current, line));
+      if (!current.summary && !current.stopped && current === run) {
+        showMessage("The stream ended before the gateway said it was done: some pages may be "
+          + "missing. Try again.");
+      }
+    } catch (error) {
+      if (error.name === "AbortError") showMessage("Cancelled.", "info");
+      else if (error instanceof SyntaxError) {
+        showMessage(`The gateway's answer could not be read (${error.message}).`);
+      } else showMessage(`Could not reach the gateway: ${error.message}`);
+    } finally {
+      if (current === run) {
+        current.finished = performance.now();
+        updateProgress(current);
+        setBusy(false);
+        el.docActions.hidden = !current.pages.length;
+        el.progressBlock.hidden = !current.pages.length && !current.summary;
+      }
+    }
+  }
+
+  function totalFromHeader(response) {
+    const value = parseInt(response.headers.get("X-Num-Pages") || "", 10);
+    return Number.isFinite(value) && value >= 0 ? value : null;
+  }
+
+  async function readLines(stream, onLine) {
+    const reader = stream.pipeThrough(new TextDecoderStream()).getReader();
+    let buffer = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buffer += value;
+      let newline;
+      while ((newline = buffer.indexOf("\n")) >= 0) {
+        const text = buffer.slice(0, newline).trim();
+        buffer = buffer.slice(newline + 1);
+        if (text) onLine(JSON.parse(text));
+      }
+    }
+    if (buffer.trim()) onLine(JSON.parse(buffer));
+  }
+
+  function handleLine(current, line) {
+    if (current !== run) return;
+    current.logId = current.logId || line.logId;
+    if (line.done) {
+      current.summary = line;
+      current.total = line.numPages;
+      if (line.errorCode) showMessage(line.errorMsg, "warning");
+    } else if ("pageIndex" in line) {
+      if (typeof line.numPages === "number") current.total = line.numPages;
+      const page = { index: line.pageIndex, ocrResult: line.ocrResult || null,
+        pageInfo: line.pageInfo || null, errorCode: line.errorCode || 0,
+        errorMsg: line.errorMsg || "" };
+      current.pages.push(page);
+      el.pages.append(renderPage(current, page));
+      el.docActions.hidden = false;
+    } else if (typeof line.numPages === "number") {
+      current.total = line.numPages;  // a leading "how many pages" line, where a gateway sends one
+    } else if (line.errorCode) {
+      current.stopped = true;
+      showMessage(`${STATUS_WORDS[line.errorCode] || "The gateway stopped"} `
+        + `(${line.errorCode}): ${line.errorMsg}`);
+    }
+    updateProgress(current);
+  }
+
+  // ---- progress -------------------------------------------------------------------------
+  function progressText(done, total, seconds, finished) {
+    const rate = seconds > 0 ? done / seconds : 0;
+    const parts = [total == null ? `${done} page${done === 1 ? "" : "s"} done`
+      : `${done} of ${total} page${total === 1 ? "" : "s"}`];
+    if (done > 0) parts.push(`${rate.toFixed(rate < 10 ? 2 : 1)} pages/s`);
+    if (finished) parts.push(`finished in ${seconds.toFixed(1)} s`);
+    else if (total != null && done > 0 && rate > 0) {
+      parts.push(`about ${formatSeconds((total - done) / rate)} left`);
+    } else if (done === 0) parts.push("waiting for the first page…");
+    return parts.join(" · ");
+  }
+
+  function formatSeconds(seconds) {
+    if (seconds < 60) return `${Math.ceil(seconds)} s`;
+    const minutes = Math.floor(seconds / 60);
+    return `${minutes} min ${Math.round(seconds - minutes * 60)} s`;
+  }
+
+  function updateProgress(current) {
+    const done = current.pages.length;
+    const end = current.finished ?? performance.now();
+    const seconds = (end - current.started) / 1000;
+    if (current.total == null) el.progress.removeAttribute("value");
+    else {
+      el.progress.max = Math.max(current.total, 1);
+      el.progress.value = done;
+    }
+    el.progressText.textContent = progressText(done, current.total, seconds,
+      current.finished != null);
+  }
+
+  // ---- drawing a page -------------------------------------------------------------------
+  function renderPage(current, page) {
+    const node = el.template.content.firstElementChild.cloneNode(true);
+    node.dataset.pageIndex = page.index;
+    node.id = `page-${page.index + 1}`;
+    node.querySelector("h3").textContent = `Page ${page.index + 1}`;
+    if (page.errorCode) {
+      node.classList.add("failed");
+      node.querySelector(".page-meta").textContent = `failed (${page.errorCode})`;
+      const body = node.querySelector(".page-body");
+      body.replaceChildren();
+      const text = document.createElement("p");
+      text.className = "page-error";
+      text.setAttribute("role", "alert");
+      text.textContent = `This page could not be read: ${page.errorMsg}`;
+      body.append(text);
+      node.querySelector(".actions").replaceChildren(
+        actionButton("JSON", () => download(`${current.base}-page-${page.index + 1}.json`,
+          JSON.stringify(pageEnvelope(current, page), null, 2), "application/json")));
+      return node;
+    }
+    const pruned = page.ocrResult.prunedResult || {};
+    const texts = pruned.rec_texts || [];
+    const shapes = boxShapes(pruned);
+    node.querySelector(".page-meta").textContent =
+      `${texts.length} line${texts.length === 1 ? "" : "s"}`;
+    drawView(current, page, node, shapes, texts);
+    const list = node.querySelector(".lines");
+    texts.forEach((text, i) => {
+      const item = document.createElement("li");
+      item.tabIndex = 0;
+      item.dataset.index = i;
+      item.textContent = text;
+      const score = (pruned.rec_scores || [])[i];
+      if (typeof score === "number") item.title = `score ${score.toFixed(3)}`;
+      list.append(item);
+    });
+    wireHighlight(node);
+    node.querySelector('[data-action="copy"]').addEventListener("click",
+      (event) => copyText(event.currentTarget, pageText(page)));
+    node.querySelector('[data-action="json"]').addEventListener("click", () =>
+      download(`${current.base}-page-${page.index + 1}.json`,
+        JSON.stringify(pageEnvelope(current, page), null, 2), "application/json"));
+    node.querySelector('[data-action="text"]').addEventListener("click", () =>
+      download(`${current.base}-page-${page.index + 1}.txt`, pageText(page), "text/plain"));
+    return node;
+  }
+
+  // One shape per recognised line: its polygon where the result has one, else its box.
+  function boxShapes(pruned) {
+    const polys = pruned.rec_polys || [];
+    const boxes = pruned.rec_boxes || [];
+    const count = Math.max(polys.length, boxes.length);
+    const shapes = [];
+    for (let i = 0; i < count; i++) {
+      if (polys[i] && polys[i].length >= 3) shapes.push(polys[i]);
+      else if (boxes[i]) {
+        const [x1, y1, x2, y2] = boxes[i];
+        shapes.push([[x1, y1], [x2, y1], [x2, y2], [x1, y2]]);
+      }
+    }
+    return shapes;
+  }
+
+  function drawView(current, page, node, shapes, texts) {
+    const svg = node.querySelector("svg");
+    const img = node.querySelector("img");
+    const info = page.pageInfo || {};
+    let width = info.width;
+    let height = info.height;
+    if (!(width > 0 && height > 0)) {  // no size given: the extent of the boxes
+      const points = shapes.flat();
+      width = Math.max(1, ...points.map((p) => p[0]));
+      height = Math.max(1, ...points.map((p) => p[1]));
+    }
+    svg.setAttribute("viewBox", `0 0 ${width} ${height}`);
+    svg.setAttribute("width", width);
+    svg.setAttribute("height", height);
+    svg.setAttribute("aria-label", `Page ${page.index + 1} with ${shapes.length} text boxes`);
+    shapes.forEach((points, i) => {
+      const polygon = document.createElementNS(SVG_NS, "polygon");
+      polygon.setAttribute("points", points.map((p) => `${p[0]},${p[1]}`).join(" "));
+      polygon.setAttribute("class", "box");
+      polygon.dataset.index = i;
+      const title = document.createElementNS(SVG_NS, "title");
+      title.textContent = texts[i] ?? "";
+      polygon.append(title);
+      svg.append(polygon);
+    });
+    const source = pageImageUrl(current, page);
+    if (source) {
+      img.addEventListener("error", () => img.remove());  // a format this browser cannot show
+      img.src = source;
+      img.alt = `Page ${page.index + 1} as the OCR engine saw it`;
+    } else {
+      img.remove();
+    }
+  }
+
+  // The page image behind the boxes: the worker's inputImage (a rendered PDF page, a TIFF
+  // frame), else the uploaded image itself.
+  function pageImageUrl(current, page) {
+    const b64 = page.ocrResult.inputImage;
+    let url = null;
+    if (b64) {
+      const binary = atob(b64);
+      const bytes = new Uint8Array(binary.length);
+      for (let i = 0; i < binary.length; i++) bytes[i] = binary.charCodeAt(i);
+      url = URL.createObjectURL(new Blob([bytes], { type: "image/jpeg" }));
+    } else if (current.kind === "image") {
+      url = URL.createObjectURL(current.file);
+    }
+    if (url) current.urls.push(url);
+    return url;
+  }
+
+  // Hovering (or focusing) a line lights its box, hovering a box lights its line.
+  function wireHighlight(node) {
+    const list = node.querySelector(".lines");
+    const find = (i) => [node.querySelector(`.box[data-index="${i}"]`),
+      list.querySelector(`li[data-index="${i}"]`)];
+    const light = (i, on) => find(i).forEach((item) => item && item.classList.toggle("hot", on));
+    const indexOf = (target) => target.closest("[data-index]")?.dataset.index;
+    for (const [type, on] of [["mouseover", true], ["mouseout", false], ["focusin", true],
+      ["focusout", false]]) {
+      list.addEventListener(type, (event) => {
+        const i = indexOf(event.target);
+        if (i !== undefined) light(i, on);
+      });
+    }
+    const svg = node.querySelector("svg");
+    svg.addEventListener("mouseover", (event) => {
+      const i = indexOf(event.target);
+      if (i === undefined) return;
+      light(i, true);
+      const item = list.querySelector(`li[data-index="${i}"]`);
+      if (item && list.scrollHeight > list.clientHeight) {
+        list.scrollTop = item.offsetTop - list.clientHeight / 2;
+      }
+    });
+    svg.addEventListener("mouseout", (event) => {
+      const i = indexOf(event.target);
+      if (i !== undefined) light(i, false);
+    });
+  }
+
+  // ---- text, JSON and downloads ---------------------------------------------------------
+  function pageText(page) {
+    if (page.errorCode) return "";
+    return ((page.ocrResult.prunedResult || {}).rec_texts || []).join("\n");
+  }
+
+  // Plain text of the document: each page's lines, pages separated by a form feed (as
+  // pdftotext does), failed pages empty.
+  function documentText(current) {
+    return sortedPages(current).map(pageText).join("\n\f");
+  }
+
+  function sortedPages(current) {
+    return [...current.pages].sort((a, b) => a.index - b.index);
+  }
+
+  // PaddleX's dataInfo (ImageInfo, or PDFInfo/TIFFInfo with pageIndices where the pages are
+  // a selection) for some pages of this run.
+  function dataInfo(current, pages, selection) {
+    if (current.kind === "image" && pages.length === 1 && pages[0].pageInfo) {
+      return { width: pages[0].pageInfo.width, height: pages[0].pageInfo.height, type: "image" };
+    }
+    const info = { numPages: pages.length, pages: pages.map((p) => p.pageInfo),
+      type: current.kind === "image" ? "tiff" : current.kind };
+    if (selection) info.pageIndices = pages.map((p) => p.index);
+    return info;
+  }
+
+  function pageEntry(page) {
+    if (!page.errorCode) return page.ocrResult;
+    return { prunedResult: null, ocrImage: null, docPreprocessingImage: null, inputImage: null,
+      error: { errorCode: page.errorCode, errorMsg: page.errorMsg } };
+  }
+
+  function pageEnvelope(current, page) {
+    if (page.errorCode) {
+      return { logId: current.logId, errorCode: page.errorCode, errorMsg: page.errorMsg };
+    }
+    return { logId: current.logId, result: { ocrResults: [page.ocrResult],
+      dataInfo: dataInfo(current, [page], true) }, errorCode: 0, errorMsg: "Success" };
+  }
+
+  // The PaddleX envelope the gateway's non-streamed answer would be (with
+  // returnPartialResults: failed pages carry an `error`, and `failedPages` lists them).
+  function documentEnvelope(current) {
+    const pages = sortedPages(current);
+    const read = pages.filter((p) => !p.errorCode);
+    const result = { ocrResults: pages.map(pageEntry),
+      dataInfo: current.summary?.result?.dataInfo
+        || dataInfo(current, read, Boolean(current.fields.pageRange)) };
+    const failed = pages.filter((p) => p.errorCode);
+    if (failed.length) {
+      result.failedPages = failed.map((p) => ({ pageIndex: p.index, errorCode: p.errorCode,
+        errorMsg: p.errorMsg }));
+    }
+    return { logId: current.logId, result, errorCode: 0, errorMsg: "Success" };
+  }
+
+  function download(name, content, type) {
+    const blob = content instanceof Blob ? content : new Blob([content], { type });
+    const url = URL.createObjectURL(blob);
+    const link = document.createElement("a");
+    link.href = url;
+    link.download = name;
+    document.body.append(link);
+    link.click();
+    link.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60000);
+  }
+
+  async function copyText(button, text) {
+    let ok = false;
+    try {
+      await navigator.clipboard.writeText(text);
+      ok = true;
+    } catch (_) {  // no clipboard API (plain http from another host): the old way
+      const area = document.createElement("textarea");
+      area.value = text;
+      area.setAttribute("readonly", "");
+      area.className = "offscreen";
+      document.body.append(area);
+      area.select();
+      ok = document.execCommand("copy");
+      area.remove();
+    }
+    flash(button, ok ? "Copied" : "Copy failed");
+  }
+
+  function flash(button, text) {
+    const label = button.dataset.label || button.textContent;
+    button.dataset.label = label;
+    button.textContent = text;
+    setTimeout(() => { button.textContent = label; }, 1500);
+  }
+
+  function actionButton(label, onClick) {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.textContent = label;
+    button.addEventListener("click", onClick);
+    return button;
+  }
+
+  // The searchable PDF: the same request again, asking for application/pdf.
+  async function downloadSearchablePdf(button) {
+    const current = run;
+    if (!current) return;
+    const fields = { ...current.fields };
+    delete fields.visualize;
+    delete fields.returnPartialResults;
+    button.disabled = true;
+    const label = button.textContent;
+    button.textContent = "Making the PDF…";
+    try {
+      const response = await fetch("/ocr", { method: "POST",
+        body: formData(current.file, fields), headers: { ...auth(), Accept: "application/pdf" } });
+      const type = response.headers.get("Content-Type") || "";
+      if (response.ok && type.startsWith("application/pdf")) {
+        download(`${current.base}.searchable.pdf`, await response.blob());
+      } else if (response.ok) {
+        showMessage("This gateway does not make searchable PDFs (it answered "
+          + `${type.split(";")[0] || "without a type"} instead of a PDF).`, "warning");
+      } else if (response.status === 406 || response.status === 415) {
+        showMessage(`No searchable PDF: ${await describeHttpError(response)}`, "warning");
+      } else {
+        showMessage(`No searchable PDF: ${await describeHttpError(response)}`);
+      }
+    } catch (error) {
+      showMessage(`Could not reach the gateway: ${error.message}`);
+    } finally {
+      button.disabled = false;
+      button.textContent = label;
+    }
+  }
+
+  // ---- page state -----------------------------------------------------------------------
+  function clearRun() {
+    if (run) run.urls.forEach((url) => URL.revokeObjectURL(url));
+    run = null;
+    el.pages.replaceChildren();
+    showMessage("");
+    el.docActions.hidden = true;
+    el.progress.value = 0;
+    el.progressText.textContent = "";
+    el.progressBlock.hidden = false;
+  }
+
+  function setBusy(busy) {
+    el.submit.disabled = busy;
+    el.cancel.disabled = !busy;
+    el.submit.textContent = busy ? "Reading…" : "Read the text";
+    el.status.setAttribute("aria-busy", String(busy));
+  }
+
+  function chooseFile(files) {
+    if (files && files.length) {
+      if (files !== el.file.files) el.file.files = files;
+      const file = el.file.files[0];
+      el.fileName.textContent = `${file.name} (${formatBytes(file.size)})`;
+    }
+  }
+
+  function formatBytes(bytes) {
+    if (bytes < 1024) return `${bytes} B`;
+    if (bytes < 1024 * 1024) return `${(bytes / 1024).toFixed(0)} KB`;
+    return `${(bytes / 1024 / 1024).toFixed(1)} MB`;
+  }
+
+  // ---- fleet panel ----------------------------------------------------------------------
+  async function pollFleet() {
+    try {
+      const response = await fetch("/fleet", { headers: auth(), cache: "no-store" });
+      if (response.ok) {
+        renderFleet(await response.json());
+        el.fleetError.textContent = "";
+      } else {
+        el.fleetError.textContent = await describeHttpError(response);
+      }
+    } catch (error) {
+      el.fleetError.textContent = "The gateway does not answer.";
+    }
+    setTimeout(pollFleet, document.hidden ? FLEET_POLL_MS * 5 : FLEET_POLL_MS);
+  }
+
+  function renderFleet(fleet) {
+    const replicas = fleet.replicas || [];
+    const ready = replicas.filter((r) => r.ready).length;
+    const parts = [`${ready} of ${replicas.length} replica${replicas.length === 1 ? "" : "s"} `
+      + "ready"];
+    const rate = fleet.pagesPerSecond;
+    parts.push(typeof rate === "number" ? `${rate.toFixed(2)} pages/s (last minute)`
+      : "pages/s n/a");
+    const queue = fleet.queue;
+    if (queue) {
+      const capacity = queue.capacityPages != null ? ` of ${queue.capacityPages}` : "";
+      parts.push(`queue: ${queue.queuedPages ?? "?"} page(s) in `
+        + `${queue.queuedDocuments ?? "?"} document(s), ${queue.inflightPages ?? "?"}`
+        + `${capacity} in flight`);
+    } else {
+      parts.push("queue n/a");
+    }
+    if (fleet.mode) parts.push(`mode: ${fleet.mode.replace("_", " ")}`);
+    el.fleetSummary.textContent = parts.join(" · ");
+    el.fleetBody.replaceChildren(...replicas.map(fleetRow));
+    el.fleetSummary.dataset.polls = Number(el.fleetSummary.dataset.polls || 0) + 1;
+  }
+
+  function fleetRow(replica) {
+    const row = document.createElement("tr");
+    row.dataset.url = replica.url;
+    const ready = replica.ready == null ? "probing" : replica.ready ? "yes" : "no";
+    const inflight = replica.limit != null ? `${replica.inflight} / ${replica.limit}`
+      : `${replica.inflight}`;
+    for (const [text, cls] of [[replica.url.replace(/^https?:\/\//, ""), "url"],
+      [ready, `ready-${ready}`],
+      [inflight, "num"], [String(replica.served), "num"]]) {
+      const cell = document.createElement("td");
+      cell.textContent = text;
+      cell.className = cls;
+      row.append(cell);
+    }
+    return row;
+  }
+
+  // ---- wiring ---------------------------------------------------------------------------
+  function start() {
+    el.apiKey.value = sessionStorage.getItem(KEY_STORE) || "";
+    el.apiKey.addEventListener("input", () => {
+      const key = el.apiKey.value.trim();
+      if (key) sessionStorage.setItem(KEY_STORE, key);
+      else sessionStorage.removeItem(KEY_STORE);
+    });
+    $("#key-form").addEventListener("submit", (event) => event.preventDefault());
+    el.form.addEventListener("submit", submit);
+    el.cancel.addEventListener("click", () => run && run.controller.abort());
+    el.file.addEventListener("change", () => chooseFile(el.file.files));
+    for (const type of ["dragenter", "dragover"]) {
+      el.drop.addEventListener(type, (event) => {
+        event.preventDefault();
+        el.drop.classList.add("dragging");
+      });
+    }
+    for (const type of ["dragleave", "drop"]) {
+      el.drop.addEventListener(type, () => el.drop.classList.remove("dragging"));
+    }
+    el.drop.addEventListener("drop", (event) => {
+      event.preventDefault();
+      chooseFile(event.dataTransfer.files);
+    });
+    $("#doc-copy").addEventListener("click", (event) =>
+      run && copyText(event.currentTarget, documentText(run)));
+    $("#doc-json").addEventListener("click", () => run && download(`${run.base}.json`,
+      JSON.stringify(documentEnvelope(run), null, 2), "application/json"));
+    $("#doc-text").addEventListener("click", () => run && download(`${run.base}.txt`,
+      documentText(run), "text/plain"));
+    $("#doc-pdf").addEventListener("click", (event) =>
+      downloadSearchablePdf(event.currentTarget));
+    setInterval(() => run && !run.finished && updateProgress(run), 500);
+    pollFleet();
+  }
+
+  window.ocrfleet = { progressText, boxShapes, documentText: () => run && documentText(run) };
+  start();
+})();
