@@ -7,9 +7,12 @@
 2. real engine, 1 vs 2 workers x 1 thread, and HTTP vs in-process serving overhead, dense A4
    pages (loadtest/bench_engine.py) -> engine.json
 3. worker RSS over a 2,000-request soak (loadtest/bench_soak.py) -> soak.json
-4. batching on/off (loadtest/bench_batching.py) -> batching.json
-The summary goes to summary.json. About 6 minutes on 2 cores; BENCH_QUICK=1 shortens every
-part (about 2.5 minutes), BENCH_SKIP=batching,soak,engine,overload,scaling leaves parts out. Each part's
+4. worker memory on large varied pages: steady and peak RSS per page count
+   (loadtest/bench_memory.py) -> memory.json
+5. batching on/off (loadtest/bench_batching.py) -> batching.json
+The summary goes to summary.json. About 22 minutes on 2 cores; BENCH_QUICK=1 shortens every
+part (about 9 minutes), BENCH_SKIP=batching,memory,soak,engine,overload,scaling leaves parts
+out. Each part's
 own knobs are in its module docstring.
 
 Exit status 0 when every part ran and every answer was right; goals missed show as FAIL in the
@@ -23,8 +26,8 @@ import time
 import traceback
 from typing import Any, Callable
 
-from loadtest import (bench_batching, bench_engine, bench_overload, bench_scaling, bench_soak,
-                      figures, report)
+from loadtest import (bench_batching, bench_engine, bench_memory, bench_overload, bench_scaling,
+                      bench_soak, figures, report)
 
 
 def quick() -> bool:
@@ -70,6 +73,14 @@ def run_soak() -> tuple[dict[str, Any], list[list[Any]]]:
     return result, bench_soak.rows(result)
 
 
+def run_memory() -> tuple[dict[str, Any], list[list[Any]]]:
+    pages = int(os.environ.get("BENCH_MEMORY_PAGES") or (60 if quick() else 120))
+    reference = os.environ.get("BENCH_MEMORY_REFERENCE", "0" if quick() else "1") == "1"
+    result = bench_memory.run(pages, report.results_dir() / "logs" / "memory", reference)
+    report.write_json("memory.json", result)
+    return result, bench_memory.rows(result)
+
+
 def run_batching() -> tuple[dict[str, Any], list[list[Any]]]:
     total = int(os.environ.get("BENCH_BATCH_REQUESTS") or (100 if quick() else 300))
     result = bench_batching.run(total, report.results_dir() / "logs" / "batching")
@@ -85,6 +96,7 @@ def run_overload() -> tuple[dict[str, Any], list[list[Any]]]:
 
 PARTS: dict[str, Callable[[], tuple[dict[str, Any], list[list[Any]]]]] = {
     "scaling": run_scaling, "overload": run_overload, "engine": run_engine, "soak": run_soak,
+    "memory": run_memory,
     "batching": run_batching}
 
 
@@ -135,7 +147,7 @@ def main() -> int:
           f"{summary['seconds']:.0f} s{', BENCH_QUICK' if quick() else ''})")
     print(report.table(["benchmark", "measured", "goal", "verdict"], rows))
     print(f"results: {path.parent}/ (summary.json, scaling.json, scaling.png, engine.json, "
-          "overload.json, soak.json, batching.json, logs/)")
+          "overload.json, soak.json, memory.json, batching.json, logs/)")
     return 1 if broken else 0
 
 

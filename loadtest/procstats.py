@@ -99,3 +99,47 @@ class ForeignLoad:
         if elapsed > 0:
             self.cores = max(0.0, ((system_busy_seconds() - busy) - (self._own() - own))
                              / elapsed)
+
+
+def peak_rss_kib(pid: int) -> int:
+    """VmHWM: the most resident memory the process has had (since start or the last reset)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise ProcessLookupError(f"no VmHWM for pid {pid}")
+
+
+def reset_peak_rss(pid: int) -> bool:
+    """Start VmHWM afresh from the current RSS (Linux clear_refs "5"); False where not allowed."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def wait_idle(pid: int, timeout: float = 10.0, quiet_reads: int = 3) -> bool:
+    """Wait until none of the process's threads is running (R) or in uninterruptible sleep
+    (D) for `quiet_reads` reads in a row: e.g. a worker that answered and then trims its heap
+    on another thread. False if it stays busy past the timeout."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    quiet = 0
+    while time.monotonic() < deadline:
+        states = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                states.append(_stat_fields_path(task / "stat")[0])
+            except (OSError, IndexError):
+                continue
+        quiet = quiet + 1 if not any(state in ("R", "D") for state in states) else 0
+        if quiet >= quiet_reads:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def _stat_fields_path(path: Path) -> list[str]:
+    text = path.read_text()
+    return text[text.rindex(")") + 2:].split()

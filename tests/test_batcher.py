@@ -8,7 +8,7 @@ import pytest
 
 from services.ocr_api.errors import ApiError
 from services.ocr_worker.admission import Admission
-from services.ocr_worker.batcher import EngineNotReady, InferenceBatcher
+from services.ocr_worker.batcher import DeadlineExceeded, EngineNotReady, InferenceBatcher
 
 
 class RecordingEngine:
@@ -146,3 +146,45 @@ def test_admission_refuses_at_once_when_full_and_when_draining():
         with admission.admit():
             pass
     assert caught.value.status == 503 and "shutting down" in caught.value.message
+
+
+def test_a_page_past_its_deadline_is_dropped_not_inferred():
+    engine = RecordingEngine()
+    engine.gate.clear()
+    batcher = started(engine, max_batch=1)
+    first = batcher.submit(page(1), {})
+    late = batcher.submit(page(2), {}, deadline=time.monotonic() + 0.05)
+    time.sleep(0.1)  # the engine is held past the second page's deadline
+    engine.gate.set()
+    assert first.result(5) == 1
+    with pytest.raises(DeadlineExceeded):
+        late.result(5)
+    batcher.stop(5)
+    assert all(2 not in pages for pages, _ in engine.calls)
+
+
+def test_submit_waits_for_room_only_until_the_deadline():
+    engine = RecordingEngine()
+    engine.gate.clear()
+    batcher = started(engine, max_batch=1, queue_pages=1)
+    batcher.submit(page(1), {})  # taken by the inference thread, held at the gate
+    deadline = time.monotonic() + 5
+    while batcher._queue.qsize() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    batcher.submit(page(2), {})  # fills the queue
+    with pytest.raises(DeadlineExceeded):
+        batcher.submit(page(3), {}, deadline=time.monotonic() + 0.05)
+    with pytest.raises(DeadlineExceeded):
+        batcher.submit(page(4), {}, deadline=time.monotonic() - 1)
+    engine.gate.set()
+    batcher.stop(5)
+    assert [pages for pages, _ in engine.calls] == [[1], [2]]
+
+
+def test_after_batch_hears_the_pixels_of_each_engine_call():
+    heard = []
+    batcher = started(RecordingEngine(), max_batch=1, after_batch=heard.append)
+    batcher.submit(page(1), {}).result(5)
+    batcher.submit(np.zeros((10, 20, 3), np.uint8), {}).result(5)
+    batcher.stop(5)
+    assert heard == [4, 200]

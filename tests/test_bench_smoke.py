@@ -112,3 +112,35 @@ def test_bench_all_reports_a_broken_part_and_keeps_going(results, monkeypatch, c
     monkeypatch.setattr(bench_all, "PARTS", {"wrong": wrong})
     assert bench_all.main() == 1
     assert "wrong answers or errors" in capsys.readouterr().out
+
+
+def test_memory_benchmark_smoke(tmp_path):
+    from loadtest import bench_memory
+    from loadtest.payloads import small_image_payloads
+
+    result = bench_memory.run_worker(local_fleet.sim_worker_env(0), small_image_payloads(2),
+                                     4, tmp_path / "logs", "memory")
+    assert result["failures"] == 0 and len(result["pages"]) == 4
+    assert all(r["peak_kib"] >= r["steady_kib"] > 0 for r in result["pages"])
+    limit = bench_memory.memory_limit_bytes()
+    assert limit >= 1 << 30  # the CPU overlay's worker limit, parsed from the manifest
+    summary = bench_memory.summarise(result, limit)
+    assert set(summary["steady_mib_at"]) == {"1"}
+    assert summary["peak_share_of_limit"] < 1
+    rows = bench_memory.rows({**summary, "pages": 4, "failures": 0, "growth_goal": 0.1,
+                              "headroom_goal": 0.25})
+    assert len(rows) == 3 and all(len(row) == 4 for row in rows)
+    assert bench_memory.parse_quantity("3Gi") == 3 << 30
+    assert bench_memory.parse_quantity("1500Mi") == 1500 << 20
+
+
+def test_generated_scans_have_the_promised_sizes():
+    from loadtest import scans
+
+    assert scans.dense_scan(0).size == (2481, 3507)
+    assert scans.table_scan(0).size == (2481, 3507)
+    assert scans.receipt_scan(0).size[0] == 945
+    photo = scans.photo_of_page(0, size=(1000, 1400))
+    assert photo.size == (1000, 1400)
+    names = [name for name, _ in scans.scan_set(2, kinds=("table", "receipt"))]
+    assert names[0].startswith("table:") and names[1].startswith("receipt:")

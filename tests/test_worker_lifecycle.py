@@ -83,12 +83,13 @@ def test_missing_models_keep_the_process_up_and_not_ready(tmp_path):
             try:
                 if requests.get(f"{url}/healthz", timeout=2).status_code == 200:
                     break
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):  # still starting
                 time.sleep(0.2)
         ready = requests.get(f"{url}/readyz", timeout=5)
         assert ready.status_code == 503
         assert "make models" in ready.json()["errorMsg"]
+        # broken, not busy: 500 (503 would tell callers to come back later)
         response = requests.post(f"{url}/ocr", json={"file": PNG}, timeout=5)
-        assert response.status_code == 503 and "make models" in response.json()["errorMsg"]
+        assert response.status_code == 500 and "make models" in response.json()["errorMsg"]
     finally:
         process.stop()

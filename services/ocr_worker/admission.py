@@ -1,6 +1,11 @@
 """Admission control: at most `capacity` requests are admitted (queued or being served) at
 once; the next one is refused at once, never parked. Draining refuses everything new while
-what was admitted finishes (graceful shutdown)."""
+what was admitted finishes (graceful shutdown).
+
+MemoryBudget bounds the bytes of request data held at once (bodies, decoded files, rendered
+pages): a request reserves its body when admitted and its pages once its document is opened;
+one that does not fit is refused with 503 + Retry-After (busy), not parked. A request larger
+than the whole budget is admitted only when it is alone, so it is never refused forever."""
 
 from __future__ import annotations
 
@@ -23,6 +28,10 @@ class Admission:
     def admitted(self) -> int:
         return self._admitted
 
+    @property
+    def free(self) -> int:
+        return 0 if self.draining else max(0, self.capacity - self._admitted)
+
     @contextmanager
     def admit(self) -> Iterator[None]:
         """Hold one admission slot for the body of the `with`, or raise 503 with Retry-After."""
@@ -40,3 +49,60 @@ class Admission:
         finally:
             with self._lock:
                 self._admitted -= 1
+
+
+class MemoryBudget:
+    """At most `budget_bytes` reserved at once (0: no limit)."""
+
+    def __init__(self, budget_bytes: int, retry_after_s: int):
+        self.budget_bytes = budget_bytes
+        self.retry_after_s = retry_after_s
+        self._lock = threading.Lock()
+        self._reserved = 0
+        self._holders = 0
+
+    @property
+    def reserved(self) -> int:
+        return self._reserved
+
+    @contextmanager
+    def reserve(self, nbytes: int) -> Iterator["Reservation"]:
+        reservation = Reservation(self)
+        with self._lock:
+            self._holders += 1
+        try:
+            reservation.grow_to(nbytes)
+            yield reservation
+        finally:
+            with self._lock:
+                self._reserved -= reservation.nbytes
+                self._holders -= 1
+
+    def _grow(self, reservation: "Reservation", nbytes: int) -> None:
+        with self._lock:
+            extra = nbytes - reservation.nbytes
+            if extra <= 0:
+                return
+            alone = self._holders == 1
+            if (self.budget_bytes and self._reserved + extra > self.budget_bytes
+                    and not alone):
+                mib = 1024 * 1024
+                raise overloaded(
+                    f"This worker's memory budget is taken ({self._reserved // mib} of "
+                    f"{self.budget_bytes // mib} MiB reserved; this request needs "
+                    f"{nbytes // mib + 1} MiB): retry after {self.retry_after_s} s or on "
+                    "another replica", self.retry_after_s)
+            self._reserved += extra
+            reservation.nbytes = nbytes
+
+
+class Reservation:
+    """One request's share of a MemoryBudget; only grows."""
+
+    def __init__(self, budget: MemoryBudget):
+        self._budget = budget
+        self.nbytes = 0
+
+    def grow_to(self, nbytes: int) -> None:
+        """Hold `nbytes` in all, or raise 503 (busy) if they do not fit."""
+        self._budget._grow(self, nbytes)

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import logging
 
-from flask import Flask
+from flask import Flask, request
 
 from services.flask_common import (create_service_app, json_response, outcome_of,
                                    read_ocr_fields)
 from services.ocr_api.logs import current_log_id
 
 from . import metrics
+from .capacity import DEADLINE_HEADER, capacity_headers, parse_deadline_ms
 from .config import WorkerConfig
 from .engine import Engine
 from .service import OcrService
@@ -27,7 +28,7 @@ def create_app(config: WorkerConfig | None = None, engine: Engine | None = None,
 
     def readiness():
         ready, why = service.readiness()
-        return ready, why, {"engine": service.engine.info}
+        return ready, why, {"engine": service.engine.info, "capacity": service.capacity()}
 
     app = create_service_app("ocr_worker", max_file_bytes=config.max_bytes,
                              readiness=readiness, record_request=_record)
@@ -35,7 +36,18 @@ def create_app(config: WorkerConfig | None = None, engine: Engine | None = None,
 
     @app.post("/ocr")
     def ocr():
-        return json_response(service.handle(read_ocr_fields, log_id_hook=current_log_id.set))
+        deadline_ms = parse_deadline_ms(request.headers.get(DEADLINE_HEADER))
+        return json_response(service.handle(read_ocr_fields, log_id_hook=current_log_id.set,
+                                            deadline_ms=deadline_ms,
+                                            content_length=request.content_length))
+
+    @app.after_request
+    def _capacity_headers(response):
+        """Every /ocr and /readyz answer, errors included, says how much room is left."""
+        if request.path in ("/ocr", "/readyz"):
+            capacity = service.capacity()
+            response.headers.update(capacity_headers(capacity["slots"], capacity["free"]))
+        return response
 
     if start:
         service.start()

@@ -30,6 +30,7 @@ class PageJob:
     params: dict[str, Any]
     future: Future = field(default_factory=Future)
     enqueued_at: float = field(default_factory=time.monotonic)
+    deadline: float | None = None  # time.monotonic() after which nobody waits for the page
 
     @property
     def params_key(self) -> tuple:
@@ -40,16 +41,22 @@ class EngineNotReady(RuntimeError):
     pass
 
 
+class DeadlineExceeded(RuntimeError):
+    """The page's request deadline passed before the page could be queued or inferred."""
+
+
 class InferenceBatcher:
     def __init__(self, engine: Engine, *, queue_pages: int, max_batch: int,
                  batch_wait_s: float, warmup: bool,
-                 observe: Callable[[str, Any], None] | None = None):
+                 observe: Callable[[str, Any], None] | None = None,
+                 after_batch: Callable[[int], None] | None = None):
         self.engine = engine
         self.max_batch = max_batch
         self.batch_wait_s = batch_wait_s
         self.warmup = warmup
         self._queue: queue.Queue = queue.Queue(maxsize=queue_pages)
         self._observe = observe or (lambda event, value: None)
+        self._after_batch = after_batch or (lambda pixels: None)
         self._thread = threading.Thread(target=self._run, name="inference", daemon=True)
         self._held_back: PageJob | None = None
         self.ready = threading.Event()
@@ -60,11 +67,20 @@ class InferenceBatcher:
     def start(self) -> None:
         self._thread.start()
 
-    def submit(self, image: np.ndarray, params: dict[str, Any]) -> Future:
+    def submit(self, image: np.ndarray, params: dict[str, Any],
+               deadline: float | None = None) -> Future:
+        """Queue one page; waits for room at most until `deadline` (DeadlineExceeded)."""
         if not self.ready.is_set():
             raise EngineNotReady(self.load_error or "the model is still loading")
-        job = PageJob(image=image, params=params)
-        self._queue.put(job)
+        job = PageJob(image=image, params=params, deadline=deadline)
+        timeout = None if deadline is None else deadline - time.monotonic()
+        try:
+            if timeout is not None and timeout <= 0:
+                raise queue.Full
+            self._queue.put(job, timeout=timeout)
+        except queue.Full:
+            raise DeadlineExceeded("the request deadline passed while waiting for room in "
+                                   "the page queue") from None
         self._observe("enqueued", self._queue.qsize())
         return job.future
 
@@ -92,6 +108,12 @@ class InferenceBatcher:
             if batch is None:
                 return
             self._infer(batch)
+            pixels = sum(job.image.shape[0] * job.image.shape[1] for job in batch)
+            del batch  # the pages go when their requests have encoded them
+            try:
+                self._after_batch(pixels)
+            except Exception:  # housekeeping must never stop inference
+                log.exception("after_batch failed")
 
     def _warm_up(self) -> None:
         import cv2
@@ -128,9 +150,14 @@ class InferenceBatcher:
 
     def _infer(self, batch: list[PageJob]) -> None:
         live = [job for job in batch if job.future.set_running_or_notify_cancel()]
+        now = time.monotonic()
+        for job in live:
+            if job.deadline is not None and job.deadline <= now:
+                job.future.set_exception(DeadlineExceeded(
+                    "the request deadline passed while the page waited in the queue"))
+        live = [job for job in live if not job.future.done()]
         if not live:
             return
-        now = time.monotonic()
         for job in live:
             self._observe("queue_wait", now - job.enqueued_at)
         try:

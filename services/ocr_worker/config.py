@@ -46,6 +46,14 @@ class WorkerConfig:
     request_timeout_s: float = 600.0
     warmup: bool = True
 
+    # memory (README "Memory")
+    page_window: int = 2
+    ort_cpu_arena: bool = False
+    trim_min_pixels: int = 1_000_000
+    det_max_side: int = 4000
+    memory_budget_mb: int = 1024
+    memory_ceiling_mb: int = 0
+
     allow_url_input: bool = False
     url_timeout_s: float = 20.0
 
@@ -83,6 +91,12 @@ class WorkerConfig:
             retry_after_s=env.int("OCR_RETRY_AFTER_S", defaults.retry_after_s, 1),
             request_timeout_s=env.float("OCR_REQUEST_TIMEOUT_S", defaults.request_timeout_s, 1),
             warmup=env.bool("OCR_WARMUP", defaults.warmup),
+            page_window=env.int("OCR_PAGE_WINDOW", defaults.page_window, 1, 64),
+            ort_cpu_arena=env.bool("OCR_ORT_CPU_ARENA", defaults.ort_cpu_arena),
+            trim_min_pixels=env.int("OCR_TRIM_MIN_PIXELS", defaults.trim_min_pixels, 0),
+            det_max_side=env.int("OCR_DET_MAX_SIDE", defaults.det_max_side, 320, 16384),
+            memory_budget_mb=env.int("OCR_MEMORY_BUDGET_MB", defaults.memory_budget_mb, 0),
+            memory_ceiling_mb=env.int("OCR_MEMORY_CEILING_MB", defaults.memory_ceiling_mb, 0),
             allow_url_input=env.bool("OCR_ALLOW_URL_INPUT", defaults.allow_url_input),
             url_timeout_s=env.float("OCR_URL_TIMEOUT_S", defaults.url_timeout_s, 1),
             sim_page_ms=env.float("OCR_SIM_PAGE_MS", defaults.sim_page_ms, 0),

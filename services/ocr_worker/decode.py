@@ -40,11 +40,14 @@ class DecodeLimits:
 
 
 class Document:
-    """The selected pages of one input, rendered lazily in page order."""
+    """The selected pages of one input, rendered lazily in page order. `page_bytes` is the
+    size of the largest rendered page (BGR), known before any page is rendered, so that the
+    worker can reserve memory for the pages it will hold at once."""
 
     kind: str
     total_pages: int
     page_indices: list[int]
+    page_bytes: int
 
     def pages(self) -> Iterator[np.ndarray]:
         raise NotImplementedError
@@ -54,14 +57,19 @@ class Document:
 
 
 class ImageDocument(Document):
-    def __init__(self, image: np.ndarray):
+    """One image, decoded only when its page is asked for (after memory is reserved for it);
+    the document keeps the file's bytes, never the decoded page."""
+
+    def __init__(self, data: bytes, width: int, height: int, max_pixels: int):
         self.kind = "image"
         self.total_pages = 1
         self.page_indices = [0]
-        self._image = image
+        self.page_bytes = width * height * 3
+        self._data = data
+        self._max_pixels = max_pixels
 
     def pages(self) -> Iterator[np.ndarray]:
-        yield self._image
+        yield decode_image(self._data, self._max_pixels)
 
 
 class PdfDocument(Document):
@@ -72,10 +80,23 @@ class PdfDocument(Document):
         self.page_indices = page_indices
         self._pdf = pdf
         self._limits = limits
+        self.page_bytes = self._largest_page_bytes()
 
     def pages(self) -> Iterator[np.ndarray]:
         for index in self.page_indices:
             yield self._render(index)
+
+    def _largest_page_bytes(self) -> int:
+        largest = 0
+        with PDFIUM_LOCK:
+            for index in self.page_indices:
+                width_pt, height_pt = self._pdf.get_page_size(index)
+                try:
+                    scale = render_scale(width_pt, height_pt, index, self._limits)
+                except ApiError:
+                    continue  # reported when that page is rendered
+                largest = max(largest, math.ceil(width_pt * scale) * math.ceil(height_pt * scale))
+        return largest * 3
 
     def _render(self, index: int) -> np.ndarray:
         with PDFIUM_LOCK:
@@ -125,10 +146,11 @@ class TiffDocument(Document):
     """A multi-page TIFF (a fax, a scanner's batch): one page per frame, as PaddleX reads it."""
 
     def __init__(self, data: bytes, total_pages: int, page_indices: list[int],
-                 limits: DecodeLimits):
+                 limits: DecodeLimits, first_frame_pixels: int):
         self.kind = KIND_TIFF
         self.total_pages = total_pages
         self.page_indices = page_indices
+        self.page_bytes = min(first_frame_pixels, limits.max_pixels) * 3  # frames alike
         self._data = data
         self._limits = limits
 
@@ -139,35 +161,38 @@ class TiffDocument(Document):
                     tiff.seek(index)
                     width, height = tiff.size
                     _check_pixels(width, height, self._limits.max_pixels, f"Page {index + 1}")
-                    frame = tiff.convert("RGB")
+                    page = cv2.cvtColor(np.asarray(tiff.convert("RGB")), cv2.COLOR_RGB2BGR)
                 except ApiError:
                     raise
                 except Exception as exc:  # PIL raises many types on corrupt data
                     raise unprocessable(f"Page {index + 1} of the TIFF cannot be decoded "
                                         f"({exc}): the file is truncated or corrupt") from None
-                yield cv2.cvtColor(np.asarray(frame), cv2.COLOR_RGB2BGR)
+                yield page
+                del page  # not kept by the generator while the next frame decodes
 
 
 def open_document(request: OcrRequest, limits: DecodeLimits) -> Document:
     if request.kind == KIND_PDF:
         return _open_pdf(request, limits)
-    frames = _tiff_frame_count(request.file_bytes)
+    frames, first_frame_pixels = _tiff_frames(request.file_bytes)
     if frames > 1:
         indices = resolve_page_range(request.page_range, frames)
         if len(indices) > limits.max_pages:
             raise too_large(f"The request selects {len(indices)} TIFF pages, over this "
                             f"server's limit of {limits.max_pages}")
-        return TiffDocument(request.file_bytes, frames, indices, limits)
+        return TiffDocument(request.file_bytes, frames, indices, limits, first_frame_pixels)
     resolve_page_range(request.page_range, 1)
-    return ImageDocument(decode_image(request.file_bytes, limits.max_pixels))
+    width, height = image_size(request.file_bytes, limits.max_pixels)
+    return ImageDocument(request.file_bytes, width, height, limits.max_pixels)
 
 
-def _tiff_frame_count(data: bytes) -> int:
+def _tiff_frames(data: bytes) -> tuple[int, int]:
+    """(frames, pixels of the first frame) of a TIFF; (1, 0) for any other file."""
     if not is_tiff(data):
-        return 1
+        return 1, 0
     try:
         with Image.open(io.BytesIO(data)) as tiff:
-            return getattr(tiff, "n_frames", 1)
+            return getattr(tiff, "n_frames", 1), tiff.size[0] * tiff.size[1]
     except Exception as exc:  # PIL raises many types on corrupt data
         raise unprocessable(f"The TIFF cannot be decoded ({exc}): the file is truncated or "
                             "corrupt") from None
@@ -179,6 +204,20 @@ def _check_pixels(width: int, height: int, max_pixels: int, what: str = "The ima
     if width * height > max_pixels:
         raise unprocessable(f"{what} is {width} x {height} = {width * height} pixels, over "
                             f"this server's limit of {max_pixels}: downscale it or split it")
+
+
+def image_size(data: bytes, max_pixels: int) -> tuple[int, int]:
+    """(width, height) from the image's header, checked against the pixel budget; 422 for a
+    file that is not a readable image (a full decode comes with the page)."""
+    try:
+        with Image.open(io.BytesIO(data)) as header:
+            _check_pixels(*header.size, max_pixels)
+            return header.size
+    except ApiError:
+        raise
+    except Exception as exc:  # PIL raises many types on corrupt data
+        raise unprocessable(f"The image cannot be decoded ({exc}): the file is truncated or "
+                            "corrupt") from None
 
 
 def decode_image(data: bytes, max_pixels: int) -> np.ndarray:

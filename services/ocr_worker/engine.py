@@ -50,6 +50,23 @@ def configure_offline_environment(config: WorkerConfig) -> None:
         os.environ.setdefault("PADDLE_PDX_LOCAL_FONT_FILE_PATH", config.vis_font)
 
 
+def onnxruntime_engine_config(config: WorkerConfig) -> dict[str, Any]:
+    """PaddleX's `engine_config` for onnxruntime (its ONNXRuntimeRunnerConfig: these keys
+    become SessionOptions attributes). The CPU arena is off by default: with PaddleOCR's
+    dynamic input shapes it grows to the largest page seen and never shrinks (README
+    "Memory"); without it, freed activations go back to malloc, which the worker trims."""
+    return {"intra_op_num_threads": config.threads, "inter_op_num_threads": 1,
+            "enable_cpu_mem_arena": config.ort_cpu_arena}
+
+
+def tune_pipeline_memory(pipeline: Any, config: WorkerConfig) -> None:
+    """The detector's input cap (PaddleX's `text_det_max_side_limit`, 4000 by default): a
+    page's long side is scaled down to it before detection, which bounds the activations."""
+    inner = getattr(getattr(pipeline, "paddlex_pipeline", None), "_pipeline", None)
+    if inner is not None and hasattr(inner, "text_det_max_side_limit"):
+        inner.text_det_max_side_limit = config.det_max_side
+
+
 # Pipeline switches that need a model this worker may not have loaded.
 _OPTIONAL_MODULES = {
     "use_doc_orientation_classify": "useDocOrientationClassify",
@@ -101,11 +118,11 @@ class PaddleOCREngine:
             use_textline_orientation=False,
         )
         if self.config.backend == "onnxruntime":
-            kwargs["engine_config"] = {"intra_op_num_threads": self.config.threads,
-                                       "inter_op_num_threads": 1}
+            kwargs["engine_config"] = onnxruntime_engine_config(self.config)
         else:
             kwargs["cpu_threads"] = self.config.threads
         self._pipeline = PaddleOCR(**kwargs)
+        tune_pipeline_memory(self._pipeline, self.config)
 
     def unsupported(self, params: dict[str, Any], visualize: bool) -> str | None:
         for kwarg, api_name in _OPTIONAL_MODULES.items():

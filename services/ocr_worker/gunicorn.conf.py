@@ -1,6 +1,7 @@
 """gunicorn settings for the OCR worker: one process per device (WORKERS, default 1), HTTP
 threads enough for the admission queue plus spares, so a full queue is answered 503 at once, graceful
-SIGTERM (refuse new work, finish what was admitted), multiprocess-aware Prometheus metrics.
+SIGTERM (refuse new work, finish what was admitted), multiprocess-aware Prometheus metrics,
+and the replacement of a process over its memory ceiling (services/ocr_worker/recycle.py).
 
 Run: gunicorn -c services/ocr_worker/gunicorn.conf.py services.ocr_worker.wsgi:app"""
 
@@ -8,6 +9,7 @@ import os
 import signal
 
 from services.flask_common.prometheus import mark_process_dead, prepare_multiprocess_dir
+from services.ocr_worker import recycle
 from services.ocr_worker.config import WorkerServerSettings
 
 _settings = WorkerServerSettings.from_env()
@@ -31,6 +33,8 @@ proc_name = f"ocr-worker-{_port}"
 # Prometheus multiprocess mode: set before prometheus_client is imported by the app (wiped here
 # in the master at start).
 prepare_multiprocess_dir("worker", _host, _port)
+# Where a process over OCR_MEMORY_CEILING_MB asks to be replaced (wiped here at start).
+recycle.prepare_dir(_host, _port)
 
 # One device per process: with CUDA_VISIBLE_DEVICES_LIST="0,1", worker i sees card i only
 # (as gpu:0 inside). Without it, CUDA_VISIBLE_DEVICES from the environment applies to all.
@@ -41,10 +45,22 @@ def pre_fork(server, worker):
     """Runs in the master just before fork: give the new worker a card no live worker holds."""
     if not _devices:
         return
-    taken = {getattr(w, "ocr_device", None) for w in server.WORKERS.values()}
+    leaving = recycle.requested_pids()  # a replacement takes the card of the one it replaces
+    taken = {getattr(w, "ocr_device", None) for pid, w in server.WORKERS.items()
+             if pid not in leaving}
     device = next((d for d in _devices if d not in taken), _devices[0])
     worker.ocr_device = device
     os.environ["CUDA_VISIBLE_DEVICES"] = device
+
+
+def post_fork(server, worker):
+    """In the new worker: is it the replacement of a process over its memory ceiling?"""
+    worker.ocr_replacement = recycle.is_replacement(server)
+
+
+def nworkers_changed(server, new_value, old_value):
+    """Before gunicorn adds or stops processes: those that asked to be replaced go first."""
+    recycle.mark_oldest(server)
 
 
 def post_worker_init(worker):
@@ -52,11 +68,19 @@ def post_worker_init(worker):
 
     def drain_then_exit(sig, frame):
         service = worker.wsgi.extensions.get("ocr_service") if worker.wsgi else None
-        if service is not None:
+        # Replaced for memory: a ready replacement takes the new connections, so this process
+        # serves everything it has accepted. Otherwise (shutdown) it refuses new work with 503.
+        if service is not None and os.getpid() not in recycle.requested_pids():
             service.admission.draining = True
         original(sig, frame)
 
     signal.signal(signal.SIGTERM, drain_then_exit)
+    service = worker.wsgi.extensions.get("ocr_service") if worker.wsgi else None
+    if getattr(worker, "ocr_replacement", False) and service is not None:
+        # accept nothing until the model is warm, then have the old process stopped
+        recycle.become_ready_then_take_over(
+            ready=service.batcher.ready.wait, failed=lambda: bool(service.batcher.load_error),
+            heartbeat=worker.notify, alive=lambda: worker.alive)
 
 
 def worker_exit(server, worker):
@@ -67,3 +91,4 @@ def worker_exit(server, worker):
 
 def child_exit(server, worker):
     mark_process_dead(worker.pid)
+    recycle.forget(worker.pid)

@@ -29,6 +29,9 @@ REQUEST_SECONDS = Histogram("ocr_worker_request_seconds", "End-to-end /ocr laten
                             buckets=REQUEST_BUCKETS)
 MODEL_LOAD_SECONDS = Gauge("ocr_worker_model_load_seconds",
                            "Seconds to load and warm up the model", multiprocess_mode="max")
+RSS_BYTES = Gauge("ocr_worker_resident_memory_bytes",
+                  "Resident memory after the last engine call (the steady level, not the peak)",
+                  multiprocess_mode="livesum")
 ENGINE_INFO = Gauge("ocr_worker_engine_info", "The engine this worker runs (value 1)",
                     ["engine", "backend", "device", "det_model", "rec_model"],
                     multiprocess_mode="max")
@@ -48,6 +51,10 @@ def observe_batcher(event: str, value) -> None:
     elif event == "loaded":
         MODEL_LOAD_SECONDS.set(value)
         READY.set(1)
+
+
+def observe_rss(rss: int) -> None:
+    RSS_BYTES.set(rss)
 
 
 def set_engine_info(info: dict[str, str]) -> None:

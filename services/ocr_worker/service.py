@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from concurrent.futures import Future, TimeoutError as FutureTimeout
 from typing import Any, Callable, Mapping
 
@@ -14,13 +15,15 @@ from services.ocr_api.errors import ApiError, unprocessable
 from services.ocr_api.request import OcrRequest, parse_ocr_request
 from services.ocr_api.url_input import make_url_fetcher
 
-from . import metrics
-from .admission import Admission
-from .batcher import EngineNotReady, InferenceBatcher
+from . import metrics, recycle
+from .admission import Admission, MemoryBudget, Reservation
+from .batcher import DeadlineExceeded, EngineNotReady, InferenceBatcher
+from .capacity import capacity_json
 from .config import WorkerConfig
-from .decode import DecodeLimits, open_document
+from .decode import DecodeLimits, Document, open_document
 from .encode import data_info, encode_page
 from .engine import Engine, create_engine
+from .memory import MIB, MemoryKeeper
 
 log = logging.getLogger("ocr_worker")
 
@@ -30,10 +33,15 @@ class OcrService:
         self.config = config
         self.engine = engine or create_engine(config)
         self.admission = Admission(config.queue_size, config.retry_after_s)
+        self.memory = MemoryBudget(config.memory_budget_mb * MIB, config.retry_after_s)
+        self.keeper = MemoryKeeper(trim_min_pixels=config.trim_min_pixels,
+                                   ceiling_bytes=config.memory_ceiling_mb * MIB,
+                                   over_ceiling=recycle.request_replacement,
+                                   observe=metrics.observe_rss)
         self.batcher = InferenceBatcher(
             self.engine, queue_pages=config.page_buffer, max_batch=config.max_batch,
             batch_wait_s=config.batch_wait_ms / 1000.0, warmup=config.warmup,
-            observe=metrics.observe_batcher)
+            observe=metrics.observe_batcher, after_batch=self.keeper.after_batch)
         self.limits = DecodeLimits(max_pages=config.max_pages, max_pixels=config.max_pixels,
                                    pdf_dpi=config.pdf_dpi)
         self.fetch_url = (make_url_fetcher(config.max_bytes, config.url_timeout_s)
@@ -55,6 +63,10 @@ class OcrService:
             return False, "the model is loading"
         return True, "ready"
 
+    def capacity(self) -> dict[str, int]:
+        """Admission slots and how many are free now (X-Ocr-Capacity / X-Ocr-Free)."""
+        return capacity_json(self.admission.capacity, self.admission.free)
+
     # ---- stages ------------------------------------------------------------------------------
     def decode_request(self, fields: Mapping[str, Any], file_bytes: bytes | None) -> OcrRequest:
         started = time.monotonic()
@@ -71,32 +83,17 @@ class OcrService:
         metrics.STAGE_SECONDS.labels("decode").observe(time.monotonic() - started)
         return ocr_request
 
-    def predict(self, ocr_request: OcrRequest) -> dict[str, Any]:
+    def predict(self, ocr_request: OcrRequest, deadline: float | None = None,
+                reservation: Reservation | None = None) -> dict[str, Any]:
         """Render, infer and encode one admitted request; returns the `result` object."""
-        deadline = time.monotonic() + self.config.request_timeout_s
+        if deadline is None:
+            deadline = time.monotonic() + self.config.request_timeout_s
         document = open_document(ocr_request, self.limits)
-        futures: list[Future] = []
-        inputs = []
-        sizes: list[tuple[int, int]] = []
-        visualize = bool(ocr_request.visualize)
         try:
-            pages = document.pages()
-            while True:
-                started = time.monotonic()
-                image = next(pages, None)
-                if image is None:
-                    break
-                metrics.STAGE_SECONDS.labels("render").observe(time.monotonic() - started)
-                sizes.append((int(image.shape[1]), int(image.shape[0])))
-                inputs.append(image if visualize else None)
-                futures.append(self._submit(image, ocr_request.pipeline_params))
-            results = [self._encode(index, future, inputs[index], visualize, deadline)
-                       for index, future in enumerate(futures)]
-        except BaseException:
-            for future in futures:
-                future.cancel()
-            metrics.PAGES.labels("failed").inc(len(futures))
-            raise
+            if reservation is not None:
+                reservation.grow_to(reservation.nbytes + self._pages_cost(document,
+                                                                          ocr_request))
+            results, sizes = self._run_pages(document, ocr_request, deadline)
         finally:
             document.close()
         metrics.PAGES.labels("ok").inc(len(results))
@@ -105,20 +102,73 @@ class OcrService:
             info["pageIndices"] = document.page_indices
         return {"ocrResults": results, "dataInfo": info}
 
-    def _submit(self, image, params) -> Future:
+    def _pages_cost(self, document: Document, ocr_request: OcrRequest) -> int:
+        """Bytes of rendered pages this request holds at once (visualization doubles it)."""
+        pages = min(self.config.page_window, len(document.page_indices))
+        return pages * document.page_bytes * (2 if ocr_request.visualize else 1)
+
+    def _run_pages(self, document: Document, ocr_request: OcrRequest, deadline: float
+                   ) -> tuple[list[dict[str, Any]], list[tuple[int, int]]]:
+        """Pages go to the inference queue as they are rendered and are encoded in order as
+        they finish; at most OCR_PAGE_WINDOW rendered pages (queued, being inferred, or
+        waiting to be encoded) exist at once, so memory does not grow with the page count.
+        Rendering stops at the deadline."""
+        visualize = bool(ocr_request.visualize)
+        window: deque[tuple[int, Future, Any]] = deque()
+        results: list[dict[str, Any]] = []
+        sizes: list[tuple[int, int]] = []
+        pages = document.pages()
         try:
-            return self.batcher.submit(image, params)
+            while True:
+                while window and (len(window) >= self.config.page_window
+                                  or window[0][1].done()):
+                    results.append(self._encode(*window.popleft(), visualize, deadline))
+                self._check_deadline(deadline, len(sizes) + 1)
+                started = time.monotonic()
+                image = next(pages, None)
+                if image is None:
+                    break
+                metrics.STAGE_SECONDS.labels("render").observe(time.monotonic() - started)
+                sizes.append((int(image.shape[1]), int(image.shape[0])))
+                future = self._submit(image, ocr_request.pipeline_params, deadline,
+                                      len(sizes))
+                window.append((len(sizes) - 1, future, image if visualize else None))
+                del image, future
+            while window:
+                results.append(self._encode(*window.popleft(), visualize, deadline))
+        except BaseException:
+            for _, future, _ in window:
+                future.cancel()
+            metrics.PAGES.labels("failed").inc(len(sizes) - len(results))
+            raise
+        finally:
+            pages.close()
+        return results, sizes
+
+    def _check_deadline(self, deadline: float, page_number: int) -> None:
+        if time.monotonic() >= deadline:
+            raise self._deadline_error(deadline, page_number)
+
+    def _deadline_error(self, deadline: float, page_number: int) -> ApiError:
+        return ApiError(504, f"OCR did not finish within the request's deadline (page "
+                             f"{page_number} pending; the deadline is the sooner of "
+                             f"X-Deadline-Ms and {self.config.request_timeout_s:g} s): send "
+                             "fewer pages per request")
+
+    def _submit(self, image, params, deadline: float, page_number: int) -> Future:
+        try:
+            return self.batcher.submit(image, params, deadline)
         except EngineNotReady as exc:
             raise ApiError(503, str(exc), {"Retry-After": str(self.config.retry_after_s)})
+        except DeadlineExceeded:
+            raise self._deadline_error(deadline, page_number) from None
 
     def _encode(self, index: int, future: Future, input_image, visualize: bool,
                 deadline: float) -> dict[str, Any]:
         try:
             output = future.result(timeout=max(0.0, deadline - time.monotonic()))
-        except FutureTimeout:
-            raise ApiError(504, f"OCR did not finish within {self.config.request_timeout_s:g} s "
-                                f"(page {index + 1} pending): send fewer pages per request") \
-                from None
+        except (FutureTimeout, DeadlineExceeded):
+            raise self._deadline_error(deadline, index + 1) from None
         except ApiError:
             raise
         except Exception as exc:
@@ -131,24 +181,40 @@ class OcrService:
         return encoded
 
     def handle(self, read_fields: Callable[[], tuple[Mapping[str, Any], bytes | None]],
-               log_id_hook: Callable[[str], None] = lambda _: None) -> dict[str, Any]:
+               log_id_hook: Callable[[str], None] = lambda _: None,
+               deadline_ms: int | None = None, content_length: int | None = None
+               ) -> dict[str, Any]:
         """The whole request: admission first (so an overloaded worker refuses before it even
-        reads the body), then decode_request -> predict -> envelope."""
+        reads the body), then decode_request -> predict -> envelope. The deadline is the
+        sooner of OCR_REQUEST_TIMEOUT_S and the caller's X-Deadline-Ms, from arrival."""
+        arrived = time.monotonic()
+        timeout_s = self.config.request_timeout_s
+        if deadline_ms is not None:
+            timeout_s = min(timeout_s, deadline_ms / 1000.0)
+        deadline = arrived + timeout_s
         self._refuse_unless_ready()
-        with self.admission.admit():
+        self._check_deadline(deadline, 1)
+        body_cost = 2 * (content_length or 0)  # the body, then the file decoded from it
+        with self.admission.admit(), self.memory.reserve(body_cost) as reservation:
             metrics.INFLIGHT.inc()
             try:
                 fields, file_bytes = read_fields()
                 ocr_request = self.decode_request(fields, file_bytes)
+                del fields, file_bytes  # the request keeps the decoded file only
+                reservation.grow_to(max(reservation.nbytes, 2 * len(ocr_request.file_bytes
+                                                                     or b"")))
                 log_id_hook(ocr_request.log_id)
-                return envelope.success(ocr_request.log_id, self.predict(ocr_request))
+                return envelope.success(ocr_request.log_id,
+                                        self.predict(ocr_request, deadline, reservation))
             finally:
                 metrics.INFLIGHT.dec()
 
     def _refuse_unless_ready(self) -> None:
+        if self.batcher.load_error:  # broken, not busy: 500, so callers stop sending here
+            raise ApiError(500, self.batcher.load_error)
         if not self.batcher.ready.is_set():
-            message = self.batcher.load_error or "The model is still loading: retry shortly"
-            raise ApiError(503, message, {"Retry-After": str(self.config.retry_after_s)})
+            raise ApiError(503, "The model is still loading: retry shortly",
+                           {"Retry-After": str(self.config.retry_after_s)})
 
     def shutdown(self, timeout: float | None = None) -> None:
         self.admission.draining = True

@@ -1,0 +1,252 @@
+"""The worker's side of flow control and bounded memory, in-process with Flask's test client
+and the sim engine: capacity headers on every /ocr answer, X-Deadline-Ms (the deadline is
+checked while rendering, and queued pages past it are dropped, not inferred), 503 only for
+busy, the memory budget, and a many-page request holding at most OCR_PAGE_WINDOW rendered
+pages at once."""
+
+from __future__ import annotations
+
+import base64
+import threading
+import weakref
+
+import numpy as np
+import pytest
+
+from loadtest import documents
+from services.ocr_worker import service as service_module
+from services.ocr_worker.app import create_app
+from services.ocr_worker.config import WorkerConfig
+from services.ocr_worker.engine import SimEngine
+
+PNG = base64.b64encode(documents.to_png(documents.text_image(["x"]))).decode()
+PAGES = 24
+PDF_MANY = base64.b64encode(documents.image_pdf(
+    [documents.text_image([f"page {i}"], size=20, width=200) for i in range(PAGES)],
+    dpi=72)).decode()
+
+
+class CountingSim(SimEngine):
+    """The sim engine, recording the size of every page it infers."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.seen: list[tuple[int, int]] = []
+        self.gate = threading.Event()
+        self.gate.set()
+
+    def predict(self, images, params):
+        self.gate.wait(10)
+        self.seen.extend((image.shape[1], image.shape[0]) for image in images)
+        return super().predict(images, params)
+
+
+def make_client(page_ms=1.0, **settings):
+    config = WorkerConfig(engine="sim", sim_page_ms=page_ms, warmup=False, **settings)
+    engine = CountingSim(config)
+    app = create_app(config, engine=engine)
+    service = app.extensions["ocr_service"]
+    assert service.batcher.ready.wait(10)
+    return app.test_client(), service, engine
+
+
+def image_b64(width, height):
+    return base64.b64encode(documents.to_png(documents.text_image(
+        ["deadline"], size=20, width=width))).decode()
+
+
+# ---- capacity headers -----------------------------------------------------------------------
+def test_every_ocr_answer_carries_capacity_and_free_slots():
+    client, service, _ = make_client(queue_size=3)
+    ok = client.post("/ocr", json={"file": PNG, "visualize": False})
+    assert ok.status_code == 200
+    assert ok.headers["X-Ocr-Capacity"] == "3" and ok.headers["X-Ocr-Free"] == "3"
+    bad = client.post("/ocr", json={"file": "not base64!"})
+    assert bad.status_code == 422 and bad.headers["X-Ocr-Free"] == "3"
+    wrong_method = client.get("/ocr")
+    assert wrong_method.status_code == 405 and wrong_method.headers["X-Ocr-Capacity"] == "3"
+    with service.admission.admit():
+        with service.admission.admit():
+            with service.admission.admit():
+                busy = client.post("/ocr", json={"file": PNG})
+    assert busy.status_code == 503 and busy.headers["Retry-After"]
+    assert busy.headers["X-Ocr-Capacity"] == "3" and busy.headers["X-Ocr-Free"] == "0"
+    ready = client.get("/readyz")
+    assert ready.status_code == 200
+    assert ready.get_json()["capacity"] == {"slots": 3, "free": 3}
+
+
+def test_free_slots_count_the_requests_in_flight():
+    client, service, engine = make_client(queue_size=4)
+    engine.gate.clear()
+    answers = []
+    thread = threading.Thread(target=lambda: answers.append(
+        client.post("/ocr", json={"file": PNG, "visualize": False})))
+    thread.start()
+    try:
+        for _ in range(500):
+            if service.admission.admitted:
+                break
+            threading.Event().wait(0.01)
+        assert client.get("/readyz").get_json()["capacity"] == {"slots": 4, "free": 3}
+    finally:
+        engine.gate.set()
+        thread.join(10)
+    assert answers[0].status_code == 200
+
+
+# ---- deadlines -------------------------------------------------------------------------------
+@pytest.mark.parametrize("value", ["abc", "-5", "1.5", "", "1e3", "١٢", "9" * 12])
+def test_a_malformed_deadline_header_gets_400_json(value):
+    client, _, _ = make_client()
+    answer = client.post("/ocr", json={"file": PNG}, headers={"X-Deadline-Ms": value})
+    assert answer.status_code == 400
+    assert answer.get_json()["errorCode"] == 400
+    assert "X-Deadline-Ms" in answer.get_json()["errorMsg"]
+    assert answer.headers["X-Ocr-Capacity"]
+
+
+def test_a_deadline_already_passed_gets_504_without_inference():
+    client, _, engine = make_client()
+    answer = client.post("/ocr", json={"file": PNG}, headers={"X-Deadline-Ms": "0"})
+    assert answer.status_code == 504 and answer.get_json()["errorCode"] == 504
+    assert engine.seen == []
+
+
+def test_a_page_queued_past_its_deadline_is_dropped_not_inferred():
+    client, service, engine = make_client(page_ms=1.0)
+    engine.gate.clear()  # the engine is busy with another request's page
+    first = []
+    blocker = threading.Thread(target=lambda: first.append(
+        client.post("/ocr", json={"file": PNG, "visualize": False})))
+    blocker.start()
+    try:
+        late = client.post("/ocr", json={"file": image_b64(333, 77), "visualize": False},
+                           headers={"X-Deadline-Ms": "200"})
+        assert late.status_code == 504
+        assert "deadline" in late.get_json()["errorMsg"]
+    finally:
+        engine.gate.set()
+        blocker.join(10)
+    assert first[0].status_code == 200
+    # the late page was queued behind the busy engine; by the time the engine got to it, its
+    # deadline had passed, so it was dropped (or it was never queued at all)
+    service.batcher.stop(10)
+    assert (333, 77) not in engine.seen
+
+
+def test_rendering_stops_at_the_deadline():
+    client, _, engine = make_client(page_ms=100.0)
+    answer = client.post("/ocr", json={"file": PDF_MANY, "visualize": False},
+                         headers={"X-Deadline-Ms": "350"})
+    assert answer.status_code == 504
+    assert len(engine.seen) < PAGES
+
+
+def test_a_long_deadline_changes_nothing():
+    client, _, _ = make_client()
+    answer = client.post("/ocr", json={"file": PNG, "visualize": False},
+                         headers={"X-Deadline-Ms": "60000"})
+    assert answer.status_code == 200
+
+
+# ---- 503 is busy only ------------------------------------------------------------------------
+class FailingSim(CountingSim):
+    def predict(self, images, params):
+        raise RuntimeError("engine broke")
+
+
+def test_an_engine_exception_is_500_not_503():
+    config = WorkerConfig(engine="sim", warmup=False)
+    app = create_app(config, engine=FailingSim(config))
+    assert app.extensions["ocr_service"].batcher.ready.wait(10)
+    answer = app.test_client().post("/ocr", json={"file": PNG})
+    assert answer.status_code == 500 and "page 1" in answer.get_json()["errorMsg"]
+    assert "Retry-After" not in answer.headers
+
+
+def test_memory_budget_full_is_503_busy():
+    # an 800 x 800 page is 1.9 MB rendered: over a 1 MiB budget that is partly taken
+    client, service, _ = make_client(memory_budget_mb=1)
+    big = base64.b64encode(documents.to_png(documents.text_image(
+        ["big"], size=40, width=800).resize((800, 800)))).decode()
+    with service.memory.reserve(256 * 1024):
+        busy = client.post("/ocr", json={"file": big, "visualize": False})
+    assert busy.status_code == 503 and busy.headers["Retry-After"]
+    assert "memory budget" in busy.get_json()["errorMsg"]
+    alone = client.post("/ocr", json={"file": big, "visualize": False})
+    assert alone.status_code == 200  # alone, a request over the budget still runs
+    assert service.memory.reserved == 0
+
+
+# ---- bounded pages per request -----------------------------------------------------------------
+def count_live_pages(monkeypatch):
+    """Wrap open_document so every rendered page is tracked; returns the live-count record."""
+    record = {"live": 0, "max": 0, "rendered": 0}
+    lock = threading.Lock()
+
+    def gone():
+        with lock:
+            record["live"] -= 1
+
+    original = service_module.open_document
+
+    def tracked_open(request, limits):
+        document = original(request, limits)
+        pages = document.pages
+
+        def tracked_pages():
+            for image in pages():
+                with lock:
+                    record["live"] += 1
+                    record["rendered"] += 1
+                    record["max"] = max(record["max"], record["live"])
+                weakref.finalize(image, gone)
+                yield image
+                del image
+
+        document.pages = tracked_pages
+        return document
+
+    monkeypatch.setattr(service_module, "open_document", tracked_open)
+    return record
+
+
+@pytest.mark.parametrize("visualize", [False, True])
+def test_a_many_page_request_holds_at_most_the_window_of_rendered_pages(monkeypatch,
+                                                                         visualize):
+    record = count_live_pages(monkeypatch)
+    client, _, engine = make_client(page_ms=2.0, page_window=2)
+    answer = client.post("/ocr", json={"file": PDF_MANY, "visualize": visualize})
+    assert answer.status_code == 200
+    results = answer.get_json()["result"]["ocrResults"]
+    assert len(results) == PAGES and record["rendered"] == PAGES
+    assert 1 <= record["max"] <= 2, record
+    assert record["live"] == 0
+    if visualize:
+        assert all(page["inputImage"] for page in results)
+
+
+def test_pages_come_back_in_order_through_the_window():
+    client, _, engine = make_client(page_ms=1.0, page_window=3)
+    pdf = base64.b64encode(documents.image_pdf(
+        [documents.text_image(["p"], size=20, width=100 + 10 * i) for i in range(12)],
+        dpi=72)).decode()
+    answer = client.post("/ocr", json={"file": pdf, "visualize": False})
+    assert answer.status_code == 200
+    widths = [page["width"] for page in answer.get_json()["result"]["dataInfo"]["pages"]]
+    assert widths == sorted(widths) and len(widths) == 12
+    assert [w for w, _ in engine.seen] == widths
+
+
+def test_the_window_is_what_bounds_it(monkeypatch):
+    """The same request with a window of 6 holds more pages: the bound is the window's."""
+    record = count_live_pages(monkeypatch)
+    client, _, engine = make_client(page_ms=20.0, page_window=6, page_buffer=8)
+    answer = client.post("/ocr", json={"file": PDF_MANY, "visualize": False})
+    assert answer.status_code == 200
+    assert 3 <= record["max"] <= 6, record
+
+
+def test_rendered_page_arrays_are_weakly_referenceable():
+    weakref.ref(np.zeros(3))  # the live-page count above relies on it
