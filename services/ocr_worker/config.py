@@ -138,7 +138,8 @@ class WorkerServerSettings:
         return cls(
             host=env.str("HOST", d.host),
             port=env.int("PORT", d.port, 1, 65535),
-            processes=env.int("WORKERS", d.processes, 1, 64),
+            # not WORKERS: `make run WORKERS=N` (the fleet size) exports that to every worker
+            processes=env.int("OCR_PROCESSES", d.processes, 1, 64),
             # enough for every admitted request plus spares that answer 503 and health checks
             http_threads=env.int("HTTP_THREADS", queue_size + 16, 2, 1024),
             heartbeat_timeout_s=env.int("GUNICORN_TIMEOUT_S", d.heartbeat_timeout_s, 10),

@@ -1,4 +1,4 @@
-"""gunicorn settings for the OCR worker: one process per device (WORKERS, default 1), HTTP
+"""gunicorn settings for the OCR worker: one process per device (OCR_PROCESSES, default 1), HTTP
 threads enough for the admission queue plus spares, so a full queue is answered 503 at once, graceful
 SIGTERM (refuse new work, finish what was admitted), multiprocess-aware Prometheus metrics.
 
