@@ -25,10 +25,12 @@ log = logging.getLogger("http")
 
 def create_service_app(name: str, *, max_file_bytes: int,
                        readiness: Callable[[], tuple[bool, str, dict[str, Any]]],
-                       record_request: Callable[[int, float], None]) -> Flask:
+                       record_request: Callable[[int, float], None],
+                       liveness: Callable[[], str | None] = lambda: None) -> Flask:
     """A Flask app with what both services share; the caller adds POST /ocr.
-    `readiness()` -> (ready, why, extra fields for /readyz); `record_request(status, seconds)`
-    is called once per /ocr answer that is not streamed."""
+    `readiness()` -> (ready, why, extra fields for /readyz); `liveness()` -> why the process
+    must be restarted, or None; `record_request(status, seconds)` is called once per /ocr
+    answer that is not streamed."""
     app = Flask(name)
     app.json.sort_keys = False  # keep PaddleX's field order
     max_body = max_file_bytes * 4 // 3 + 1024 * 1024  # base64 and JSON/multipart overhead
@@ -51,6 +53,9 @@ def create_service_app(name: str, *, max_file_bytes: int,
 
     @app.get("/healthz")
     def healthz():
+        dead = liveness()
+        if dead:
+            raise ApiError(503, f"Not live: {dead}")
         return json_response(envelope.no_result(g.log_id, 0, "Healthy"))
 
     @app.get("/readyz")

@@ -44,6 +44,7 @@ class WorkerConfig:
     batch_wait_ms: float = 0.0
     retry_after_s: int = 1
     request_timeout_s: float = 600.0
+    stall_timeout_s: float = 120.0  # per page in the engine; see health.py
     warmup: bool = True
 
     allow_url_input: bool = False
@@ -82,6 +83,7 @@ class WorkerConfig:
             batch_wait_ms=env.float("OCR_BATCH_WAIT_MS", defaults.batch_wait_ms, 0, 1000),
             retry_after_s=env.int("OCR_RETRY_AFTER_S", defaults.retry_after_s, 1),
             request_timeout_s=env.float("OCR_REQUEST_TIMEOUT_S", defaults.request_timeout_s, 1),
+            stall_timeout_s=env.float("OCR_STALL_TIMEOUT_S", defaults.stall_timeout_s, 1),
             warmup=env.bool("OCR_WARMUP", defaults.warmup),
             allow_url_input=env.bool("OCR_ALLOW_URL_INPUT", defaults.allow_url_input),
             url_timeout_s=env.float("OCR_URL_TIMEOUT_S", defaults.url_timeout_s, 1),
