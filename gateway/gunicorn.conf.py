@@ -9,7 +9,7 @@ from services.flask_common.prometheus import mark_process_dead, prepare_multipro
 _settings = GatewayServerSettings.from_env()
 _host, _port = _settings.host, _settings.port
 
-bind = f"{_host}:{_port}"
+bind = _settings.binds  # the service port, and the metrics port when one is set
 workers = _settings.processes
 worker_class = "gthread"
 threads = _settings.http_threads

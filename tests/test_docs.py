@@ -6,13 +6,15 @@ import re
 from tests.conftest import REPO_ROOT
 
 CONFIG_SOURCES = ["services/ocr_worker/config.py", "gateway/config.py"]
-ENV_READ = re.compile(r'env\.(?:str|optional_str|choice|int|float|bool|list)\(\s*"([A-Z_]+)"')
+ENV_READ = re.compile(r'env\.(?:str|optional_str|choice|int|float|bool|list|secrets)\(\s*"([A-Z_]+)"')
+SECRET_FILE_READ = re.compile(r'env\.secrets\(\s*"[A-Z_]+",\s*"([A-Z_]+)"')
 
 
 def variables_read_by_code() -> set[str]:
     names = set()
     for path in CONFIG_SOURCES:
-        names |= set(ENV_READ.findall((REPO_ROOT / path).read_text()))
+        source = (REPO_ROOT / path).read_text()
+        names |= set(ENV_READ.findall(source)) | set(SECRET_FILE_READ.findall(source))
     return names
 
 

@@ -10,6 +10,7 @@ from flask import Flask
 
 from services.flask_common import (create_service_app, json_response, outcome_of,
                                    read_ocr_fields)
+from services.flask_common.access import AccessPolicy
 from services.ocr_api.logs import current_log_id
 
 from . import metrics
@@ -35,7 +36,9 @@ def create_app(config: WorkerConfig | None = None, engine: Engine | None = None,
         return ready, why, {"engine": service.engine.info}
 
     app = create_service_app("ocr_worker", max_file_bytes=config.max_bytes,
-                             readiness=readiness, record_request=_record, liveness=liveness)
+                             readiness=readiness, record_request=_record, liveness=liveness,
+                             access=AccessPolicy(keys=config.api_tokens,
+                                                 metrics_port=config.metrics_port))
     app.extensions["ocr_service"] = service
 
     @app.post("/ocr")

@@ -13,7 +13,7 @@ from services.ocr_worker.config import WorkerServerSettings
 _settings = WorkerServerSettings.from_env()
 _host, _port = _settings.host, _settings.port
 
-bind = f"{_host}:{_port}"
+bind = _settings.binds  # the service port, and the metrics port when one is set
 workers = _settings.processes
 worker_class = "gthread"
 threads = _settings.http_threads
