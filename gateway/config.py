@@ -66,7 +66,8 @@ class GatewayConfig:
             log_level=env.choice("GATEWAY_LOG_LEVEL", d.log_level,
                                  ("DEBUG", "INFO", "WARNING", "ERROR")),
             api_keys=env.secrets("GATEWAY_API_KEYS", "GATEWAY_API_KEYS_FILE"),
-            worker_token=_first(env.secrets("GATEWAY_WORKER_TOKEN", "GATEWAY_WORKER_TOKEN_FILE")),
+            worker_token=_first(env.secrets("GATEWAY_WORKER_TOKEN",
+                                            "GATEWAY_WORKER_TOKEN_FILE")),
             metrics_port=env.int("GATEWAY_METRICS_PORT", None, 1, 65535),
         )
         config.validate()

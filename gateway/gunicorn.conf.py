@@ -1,5 +1,6 @@
 """gunicorn settings for the gateway: a few processes of many threads (it mostly waits on
-replicas), long request timeouts for big PDFs, multiprocess-aware Prometheus metrics.
+replicas), long request timeouts for big PDFs, multiprocess-aware Prometheus metrics, and
+/metrics on a second bind when GATEWAY_METRICS_PORT is set.
 
 Run: gunicorn -c gateway/gunicorn.conf.py gateway.wsgi:app"""
 

@@ -31,8 +31,11 @@ class StopRequest:
         self.reason: str | None = None
 
     def install(self, signals=STOP_SIGNALS) -> "StopRequest":
+        """Handle `signals`, except those ignored when we started (`nohup` ignores SIGHUP, a
+        shell ignores SIGINT for background jobs): that choice was the caller's."""
         for signum in signals:
-            signal.signal(signum, self._on_signal)
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                signal.signal(signum, self._on_signal)
         return self
 
     def _on_signal(self, signum, frame) -> None:

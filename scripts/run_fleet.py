@@ -11,11 +11,8 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 from deploy.nginx import render as nginx
 from scripts.fleet import (REPO_ROOT, Interrupted, ManagedProcess, gateway_process,
@@ -151,6 +148,7 @@ def main(argv=None) -> int:
     finally:
         with signals_blocked():  # a second Ctrl-C or SIGTERM waits until all are stopped
             stop_all(processes)
+
 
 if __name__ == "__main__":
     sys.exit(main())

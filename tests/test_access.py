@@ -90,7 +90,7 @@ def test_the_metrics_port_is_a_second_bind():
         WorkerServerSettings.from_env({"PORT": "9101", "OCR_METRICS_PORT": "9101"})
 
 
-# ---- the gateway ----------------------------------------------------------------------------------
+# ---- the gateway ------------------------------------------------------------------------------
 def test_without_keys_everything_is_open_as_before():
     client = gateway().test_client()
     assert status(client, "post", "/ocr", json={"file": "QUJD"}).status_code == 422

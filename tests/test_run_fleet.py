@@ -21,7 +21,7 @@ from scripts.fleet import REPO_ROOT, free_port, free_port_block, http_status, po
 from tests.conftest import b64
 
 FLEET_ENV = {"PYTHONPATH": str(REPO_ROOT), "OCR_ENGINE": "sim", "OCR_SIM_PAGE_MS": "20",
-             "OCR_WARMUP": "false",
+             "OCR_WARMUP": "false", "GATEWAY_HEALTH_INTERVAL_S": "0.2",
              # what `make run WORKERS=2` exports to everything it starts
              "WORKERS": "2"}
 
@@ -174,7 +174,9 @@ class Fleet:
         table = all_processes()
         tree = descendants(table, self.launcher)
         self.seen |= tree
-        self.sessions |= {table[pid][2] for pid, _ in tree if pid in table}
+        own = table[self.launcher][2] if self.launcher in table else None
+        # the servers' sessions (not the launcher's, where e.g. `nginx -t` runs briefly)
+        self.sessions |= {table[pid][2] for pid, _ in tree if pid in table} - {own}
         return table
 
     def wait_until(self, condition, what: str, seconds: float = 90):

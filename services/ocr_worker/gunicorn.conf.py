@@ -1,6 +1,7 @@
-"""gunicorn settings for the OCR worker: one process per device (OCR_PROCESSES, default 1), HTTP
-threads enough for the admission queue plus spares, so a full queue is answered 503 at once, graceful
-SIGTERM (refuse new work, finish what was admitted), multiprocess-aware Prometheus metrics.
+"""gunicorn settings for the OCR worker: one process per device (OCR_PROCESSES, default 1),
+HTTP threads enough for the admission queue plus spares, so a full queue is answered 503 at
+once, graceful SIGTERM (refuse new work, finish what was admitted), multiprocess-aware
+Prometheus metrics, and /metrics on a second bind when OCR_METRICS_PORT is set.
 
 Run: gunicorn -c services/ocr_worker/gunicorn.conf.py services.ocr_worker.wsgi:app"""
 
