@@ -6,6 +6,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 MODELS_STAMP := models/.verified
 PORT ?= 8101
+# `make run WORKERS=N`: the fleet size (N worker servers of one process each; a worker's own
+# gunicorn process count is OCR_PROCESSES). RUN_ARGS: more flags, e.g. --gateway-port 9080.
 WORKERS ?= 2
 export PYTHONPATH := $(CURDIR)
 
@@ -29,7 +31,7 @@ $(MODELS_STAMP): scripts/fetch_models.py | $(STAMP)
 	touch $@
 
 run: install
-	$(PY) -m scripts.run_fleet --workers $(WORKERS)
+	$(PY) -m scripts.run_fleet --workers $(WORKERS) $(RUN_ARGS)
 
 worker: install
 	PORT=$(PORT) $(VENV)/bin/gunicorn -c services/ocr_worker/gunicorn.conf.py services.ocr_worker.wsgi:app

@@ -16,6 +16,7 @@ from services.flask_common import (create_service_app, json_response, outcome_of
 from services.ocr_api.logs import current_log_id
 
 from . import metrics, web
+from .auth import access_policy
 from .config import GatewayConfig
 from .service import GatewayService
 
@@ -27,14 +28,12 @@ def create_app(config: GatewayConfig | None = None, resolver=None, start: bool =
     config = config or GatewayConfig.from_env()
     service = GatewayService(config, resolver=resolver)
 
-    def readiness():
+    def readiness():  # open to probes: counts only, never the replicas' addresses
         ready, why = service.readiness()
-        replicas = [{"url": r.url, "ready": r.ready, "inflight": r.inflight,
-                     "served": r.served} for r in service.replicas.replicas()]
-        return ready, why, {"detail": why, "replicas": replicas}
+        return ready, why, {"detail": why}
 
     app = create_service_app("gateway", max_file_bytes=config.max_bytes, readiness=readiness,
-                             record_request=_record)
+                             record_request=_record, access=access_policy(config))
     app.extensions["gateway_service"] = service
     web.register(app, service)  # the web page at / and GET /fleet
 

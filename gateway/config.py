@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping
 
 from services.ocr_api.settings import ConfigError, Env
@@ -39,6 +39,11 @@ class GatewayConfig:
     url_timeout_s: float = 20.0
     log_level: str = "INFO"
 
+    # Access (see services/flask_common/access.py); secrets never in repr (logs).
+    api_keys: tuple[str, ...] = field(default=(), repr=False)  # none: no authentication
+    worker_token: str | None = field(default=None, repr=False)  # sent to every worker
+    metrics_port: int | None = None  # /metrics on this port only
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "GatewayConfig":
         env = Env(environ)
@@ -70,6 +75,10 @@ class GatewayConfig:
             url_timeout_s=env.float("GATEWAY_URL_TIMEOUT_S", d.url_timeout_s, 1),
             log_level=env.choice("GATEWAY_LOG_LEVEL", d.log_level,
                                  ("DEBUG", "INFO", "WARNING", "ERROR")),
+            api_keys=env.secrets("GATEWAY_API_KEYS", "GATEWAY_API_KEYS_FILE"),
+            worker_token=_first(env.secrets("GATEWAY_WORKER_TOKEN",
+                                            "GATEWAY_WORKER_TOKEN_FILE")),
+            metrics_port=env.int("GATEWAY_METRICS_PORT", None, 1, 65535),
         )
         config.validate()
         return config
@@ -87,6 +96,12 @@ class GatewayConfig:
                 raise ConfigError(f"upstream {url!r}: expected an http:// or https:// URL")
 
 
+def _first(tokens: tuple[str, ...]) -> str | None:
+    """The token the gateway sends: the first. One Secret value "NEW,OLD" serves both sides
+    during a rotation (the workers accept every token listed)."""
+    return tokens[0] if tokens else None
+
+
 @dataclass(frozen=True)
 class GatewayServerSettings:
     """gunicorn's side of the gateway (read by gunicorn.conf.py)."""
@@ -98,12 +113,18 @@ class GatewayServerSettings:
     heartbeat_timeout_s: int = 120
     graceful_timeout_s: int = 300
     keepalive_s: int = 75
+    metrics_port: int | None = None  # a second bind, for /metrics only
+
+    @property
+    def binds(self) -> list[str]:
+        ports = [self.port] + ([self.metrics_port] if self.metrics_port else [])
+        return [f"{self.host}:{port}" for port in ports]
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "GatewayServerSettings":
         env = Env(environ)
         d = cls()
-        return cls(
+        settings = cls(
             host=env.str("HOST", d.host),
             port=env.int("PORT", d.port, 1, 65535),
             processes=env.int("GATEWAY_PROCESSES", d.processes, 1, 64),
@@ -111,4 +132,9 @@ class GatewayServerSettings:
             heartbeat_timeout_s=env.int("GUNICORN_TIMEOUT_S", d.heartbeat_timeout_s, 10),
             graceful_timeout_s=env.int("GATEWAY_GRACEFUL_TIMEOUT_S", d.graceful_timeout_s, 1),
             keepalive_s=env.int("HTTP_KEEPALIVE_S", d.keepalive_s, 1),
+            # read here too: GatewayConfig cannot be built without an upstream
+            metrics_port=env.int("GATEWAY_METRICS_PORT", None, 1, 65535),
         )
+        if settings.metrics_port == settings.port:
+            raise ConfigError("GATEWAY_METRICS_PORT must differ from PORT")
+        return settings

@@ -1,5 +1,6 @@
 """gunicorn settings for the gateway: a few processes of many threads (it mostly waits on
-replicas), long request timeouts for big PDFs, multiprocess-aware Prometheus metrics.
+replicas), long request timeouts for big PDFs, multiprocess-aware Prometheus metrics, and
+/metrics on a second bind when GATEWAY_METRICS_PORT is set.
 
 Run: gunicorn -c gateway/gunicorn.conf.py gateway.wsgi:app"""
 
@@ -9,7 +10,7 @@ from services.flask_common.prometheus import mark_process_dead, prepare_multipro
 _settings = GatewayServerSettings.from_env()
 _host, _port = _settings.host, _settings.port
 
-bind = f"{_host}:{_port}"
+bind = _settings.binds  # the service port, and the metrics port when one is set
 workers = _settings.processes
 worker_class = "gthread"
 threads = _settings.http_threads

@@ -24,6 +24,7 @@ from services.ocr_api.url_input import make_url_fetcher
 
 from . import assemble, metrics
 from .admission import FrontDoor
+from .auth import worker_auth_headers
 from .assemble import PageOutcome
 from .budget import RetryBudget
 from .config import GatewayConfig
@@ -72,14 +73,16 @@ class GatewayService:
     def __init__(self, config: GatewayConfig, resolver=None):
         self.config = config
         self.pool = make_pool(maxsize=config.max_inflight)
-        self.replicas = build_replica_set(config, lambda url: probe_ready(self.pool, url),
-                                          resolver)
+        auth = worker_auth_headers(config)
+        self.replicas = build_replica_set(
+            config, lambda url: probe_ready(self.pool, url, headers=auth), resolver)
         self.executor = ThreadPoolExecutor(config.max_inflight, thread_name_prefix="send")
         self.front = FrontDoor(config.queue_pages, config.queue_bytes)
         self.scheduler = Scheduler(
             self.replicas,
             ReplicaClient(self.pool, DispatchSettings(page_timeout_s=config.page_timeout_s,
-                                                      connect_timeout_s=config.connect_timeout_s)),
+                                                      connect_timeout_s=config.connect_timeout_s,
+                                                      headers=worker_auth_headers(config))),
             self.executor,
             SchedulerSettings(max_attempts=config.max_attempts, backoff_s=config.backoff_s),
             RetryBudget(config.retry_budget_ratio, config.retry_budget_min))

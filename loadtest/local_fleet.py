@@ -15,13 +15,13 @@ from scripts.fleet import (ManagedProcess, free_port, gateway_process, stop_all,
 def sim_worker_env(page_ms: float, jitter_ms: float = 0.0, **extra: str) -> dict[str, str]:
     """A sim worker: one process, one engine thread, a fixed service time per page."""
     return {"OCR_ENGINE": "sim", "OCR_SIM_PAGE_MS": f"{page_ms:g}",
-            "OCR_SIM_JITTER_MS": f"{jitter_ms:g}", "WORKERS": "1", "OCR_THREADS": "1",
+            "OCR_SIM_JITTER_MS": f"{jitter_ms:g}", "OCR_PROCESSES": "1", "OCR_THREADS": "1",
             "OCR_LOG_LEVEL": "WARNING", **extra}
 
 
 def real_worker_env(threads: int = 1, **extra: str) -> dict[str, str]:
     """A real-engine worker (PP-OCRv6 tiny on onnxruntime, CPU) with `threads` engine threads."""
-    return {"OCR_ENGINE": "paddleocr", "WORKERS": "1", "OCR_THREADS": str(threads),
+    return {"OCR_ENGINE": "paddleocr", "OCR_PROCESSES": "1", "OCR_THREADS": str(threads),
             "OMP_NUM_THREADS": str(threads), "OCR_LOG_LEVEL": "WARNING", **extra}
 
 

@@ -62,7 +62,7 @@ def cpu_seconds(pids: list[int]) -> float:
 
 
 def gunicorn_worker_pid(master_pid: int) -> int:
-    """The one forked worker of a gunicorn master started with WORKERS=1."""
+    """The one forked worker of a gunicorn master started with OCR_PROCESSES=1."""
     kids = children(master_pid)
     if len(kids) != 1:
         raise RuntimeError(f"gunicorn master {master_pid} has {len(kids)} children, expected 1")

@@ -1,6 +1,8 @@
 """Starting and stopping the fleet's processes on one machine (workers, gateway, nginx): used by
-`make run`, the tests and the benchmarks. Each process runs in its own process group, is waited
-for until its readiness URL answers 200, and is stopped with SIGTERM (then SIGKILL)."""
+`make run`, the tests and the benchmarks. Each process runs in its own session (so a Ctrl-C at
+the terminal reaches only the launcher, which stops them in order), is waited for until its
+readiness URL answers 200, and is stopped with SIGTERM (then SIGKILL) to its whole process
+group: a gunicorn master and the processes it forked, an nginx master and its workers."""
 
 from __future__ import annotations
 
@@ -14,6 +16,9 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
+
+from scripts.lifecycle import parent_death_preexec
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -73,19 +78,27 @@ class ManagedProcess:
     ready_url: str | None = None
     log_path: Path | None = None
     process: subprocess.Popen | None = None
+    # SIGTERM to the child when the launcher dies, even by SIGKILL (`make run`; see lifecycle)
+    die_with_parent: bool = False
 
     def start(self) -> "ManagedProcess":
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **self.env}
         stdout = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        preexec = parent_death_preexec() if self.die_with_parent else None
         self.process = subprocess.Popen(self.cmd, cwd=REPO_ROOT, env=env, stdout=stdout,
-                                        stderr=subprocess.STDOUT, start_new_session=True)
+                                        stderr=subprocess.STDOUT, start_new_session=True,
+                                        preexec_fn=preexec)
         if self.log_path:
             stdout.close()
         return self
 
-    def wait_ready(self, timeout: float = 120.0) -> "ManagedProcess":
+    def wait_ready(self, timeout: float = 120.0,
+                   cancelled: Callable[[], bool] = lambda: False) -> "ManagedProcess":
+        """Until the readiness URL answers 200; Interrupted as soon as `cancelled()`."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            if cancelled():
+                raise Interrupted(f"stopped while waiting for {self.name}")
             if self.process.poll() is not None:
                 raise RuntimeError(f"{self.name} exited with code {self.process.returncode}"
                                    + (f"; see {self.log_path}" if self.log_path else ""))
@@ -101,22 +114,53 @@ class ManagedProcess:
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def signal_group(self, sig: int) -> None:
-        if self.alive():
-            try:
-                os.killpg(self.process.pid, sig)
-            except ProcessLookupError:
-                pass
+    def signal_group(self, sig: int) -> bool:
+        """Signal every process of the child's group, also when its leader has already exited
+        (a crashed gunicorn master can leave workers behind). False: the group is empty."""
+        if self.process is None:
+            return False
+        try:
+            os.killpg(self.process.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+
+    def group_alive(self) -> bool:
+        """Some process of the group still exists (signal 0 only checks)."""
+        if self.process is not None:
+            self.process.poll()  # reap the leader, so a zombie leader does not count
+        return self.signal_group(0)
 
     def stop(self, timeout: float = 15.0) -> int | None:
+        """SIGTERM to the group; SIGKILL to whatever is left after `timeout`; returns when the
+        whole group is gone (or 5 s after SIGKILL at most)."""
         if self.process is None:
             return None
         self.signal_group(signal.SIGTERM)
         try:
-            return self.process.wait(timeout)
+            self.process.wait(timeout)
         except subprocess.TimeoutExpired:
+            pass
+        if not _wait_until(lambda: not self.group_alive(), 2.0):
             self.signal_group(signal.SIGKILL)
-            return self.process.wait(5)
+            _wait_until(lambda: not self.group_alive(), 5.0)
+        try:
+            return self.process.wait(1)
+        except subprocess.TimeoutExpired:
+            return None
+
+
+class Interrupted(Exception):
+    """A wait was cut short because the launcher is stopping."""
+
+
+def _wait_until(condition: Callable[[], bool], seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def worker_process(port: int, env: dict[str, str] | None = None,

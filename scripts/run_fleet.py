@@ -1,22 +1,23 @@
-"""`make run`: the whole local fleet on one machine — WORKERS OCR workers on 8101.. (one engine
-thread each, CUDA_VISIBLE_DEVICES=i when GPUs exist), nginx in front of them on 8090, the
-gateway on 8080. Without nginx the gateway balances over the worker list itself. Ctrl-C or
-SIGTERM stops everything."""
+"""`make run`: the whole local fleet on one machine — `--workers N` OCR workers (`make run
+WORKERS=N`) on 8101.., each one gunicorn process (OCR_PROCESSES=1) with the machine's cores
+shared out as engine threads (CUDA_VISIBLE_DEVICES=i when GPUs exist), nginx in front of them
+on 8090, the gateway on 8080. Without nginx the gateway balances over the worker list itself.
+
+Ctrl-C, SIGTERM or SIGHUP (to this process or its whole group), or the death of the process
+that started it, stops everything: see scripts/lifecycle.py."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
-from pathlib import Path
 
 from deploy.nginx import render as nginx
-from scripts.fleet import (REPO_ROOT, ManagedProcess, gateway_process, port_is_taken, stop_all,
-                           worker_process)
+from scripts.fleet import (REPO_ROOT, Interrupted, ManagedProcess, gateway_process,
+                           port_is_taken, stop_all, worker_process)
+from scripts.lifecycle import StopRequest, die_with_parent, parent_alive, signals_blocked
 
 RUN_DIR = REPO_ROOT / "run"
 
@@ -50,12 +51,15 @@ def cuda_inference_available() -> bool:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=int(os.environ.get("WORKERS", 2)))
+    parser.add_argument("--workers", type=int, default=2,
+                        help="fleet size: worker servers, one process each (make run WORKERS=N)")
     parser.add_argument("--worker-port", type=int, default=8101)
     parser.add_argument("--nginx-port", type=int, default=8090)
     parser.add_argument("--gateway-port", type=int, default=8080)
     parser.add_argument("--no-nginx", action="store_true")
     args = parser.parse_args(argv)
+    if args.workers < 1:
+        parser.error("--workers must be at least 1")
 
     worker_ports = [args.worker_port + i for i in range(args.workers)]
     use_nginx = not args.no_nginx and nginx.find_nginx() is not None
@@ -77,23 +81,35 @@ def main(argv=None) -> int:
     # the machine's cores shared out between the workers (1 each on a 2-core box)
     threads = os.environ.get("OCR_THREADS") or str(max(1, (os.cpu_count() or 1) // args.workers))
     processes: list[ManagedProcess] = []
+    stop = StopRequest().install()
+    parent = os.getppid()
+    die_with_parent()  # SIGTERM when `make` (or whoever started us) dies
 
-    def stop(signum=None, frame=None):
-        raise KeyboardInterrupt
+    def cancelled() -> bool:
+        if not parent_alive(parent):
+            stop.request("the parent process exited")
+        return stop.is_set()
 
-    signal.signal(signal.SIGTERM, stop)
+    def start(process: ManagedProcess) -> ManagedProcess:
+        process.die_with_parent = True
+        processes.append(process)  # recorded before it starts: stop_all must see it
+        return process.start()
+
     try:
         for index, port in enumerate(worker_ports):
-            env = {"OCR_THREADS": threads}
+            if cancelled():
+                raise Interrupted
+            # one process per worker, whatever OCR_PROCESSES (or make's WORKERS) says
+            env = {"OCR_THREADS": threads, "OCR_PROCESSES": "1"}
             if gpus:
                 env.update(CUDA_VISIBLE_DEVICES=str(index % gpus),
                            OCR_DEVICE=os.environ.get("OCR_DEVICE", "gpu:0"))
-            processes.append(worker_process(port, env, RUN_DIR / f"worker-{port}.log").start())
+            start(worker_process(port, env, RUN_DIR / f"worker-{port}.log"))
         print(f"starting {args.workers} worker(s) on ports {worker_ports[0]}-{worker_ports[-1]}"
               f" ({str(gpus) + ' GPU(s)' if gpus else 'CPU'}, {threads} engine thread(s) "
-              "each); logs in run/")
+              "each); logs in run/", flush=True)
         for process in processes:
-            process.wait_ready(300)
+            process.wait_ready(300, cancelled)
 
         addresses = [f"127.0.0.1:{port}" for port in worker_ports]
         if use_nginx:
@@ -101,34 +117,38 @@ def main(argv=None) -> int:
             config = nginx.write_config(addresses, nginx_dir / "nginx.conf", nginx_dir,
                                         listen=f"127.0.0.1:{args.nginx_port}")
             nginx.check_config(config, nginx_dir)
-            processes.append(ManagedProcess(
-                "nginx", nginx.nginx_command(config, nginx_dir),
-                ready_url=None, log_path=RUN_DIR / "nginx.log").start())
+            start(ManagedProcess("nginx", nginx.nginx_command(config, nginx_dir),
+                                 ready_url=None, log_path=RUN_DIR / "nginx.log"))
             upstream = {"GATEWAY_UPSTREAM_URL": f"http://127.0.0.1:{args.nginx_port}"}
             print(f"nginx on 127.0.0.1:{args.nginx_port} (least_conn over the workers)")
         else:
             upstream = {"GATEWAY_REPLICAS": ",".join(f"http://{a}" for a in addresses)}
             print("nginx is not installed (or --no-nginx): the gateway balances over the "
                   "worker list itself")
-        gateway = gateway_process(args.gateway_port, upstream, RUN_DIR / "gateway.log")
-        processes.append(gateway.start())
-        gateway.wait_ready(60)
-        print(f"ready: POST http://127.0.0.1:{args.gateway_port}/ocr  (Ctrl-C stops the fleet)")
-        print(f"web page: http://127.0.0.1:{args.gateway_port}/")
+        if cancelled():
+            raise Interrupted
+        start(gateway_process(args.gateway_port, upstream, RUN_DIR / "gateway.log"))
+        processes[-1].wait_ready(60, cancelled)
+        print(f"ready: POST http://127.0.0.1:{args.gateway_port}/ocr  (Ctrl-C stops the fleet)",
+              flush=True)
+        print(f"web page: http://127.0.0.1:{args.gateway_port}/", flush=True)
         while all(process.alive() for process in processes):
-            time.sleep(0.5)
+            if cancelled():
+                raise Interrupted
+            stop.wait(0.5)
         dead = [process.name for process in processes if not process.alive()]
         print(f"error: {', '.join(dead)} exited; stopping the fleet (see run/*.log)",
               file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("\nstopping the fleet")
+    except Interrupted:
+        print(f"\nstopping the fleet ({stop.reason})", flush=True)
         return 0
     except (RuntimeError, TimeoutError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     finally:
-        stop_all(processes)
+        with signals_blocked():  # a second Ctrl-C or SIGTERM waits until all are stopped
+            stop_all(processes)
 
 
 if __name__ == "__main__":

@@ -258,11 +258,15 @@ def test_ports_match_the_gunicorn_config(report, target, service):
     env = container_env(objects, container)
     default_port = server_settings(service).port
     settings = server_settings(service, env)
-    assert [p["containerPort"] for p in container["ports"]] == [default_port] == [settings.port]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    # the API port first (the probes use it), then /metrics on a port of its own
+    assert container["ports"][0]["name"] == "http" and default_port == settings.port
+    assert ports == {"http": settings.port, "metrics": settings.metrics_port}
+    assert [f"0.0.0.0:{port}" for port in ports.values()] == settings.binds
     assert settings.host == "0.0.0.0", "gunicorn binds 127.0.0.1 unless HOST says otherwise"
     annotations = deployment["spec"]["template"]["metadata"].get("annotations", {})
     if annotations.get("prometheus.io/scrape") == "true":
-        assert int(annotations["prometheus.io/port"]) == default_port
+        assert int(annotations["prometheus.io/port"]) == settings.metrics_port
         assert (annotations["prometheus.io/path"], "GET") in SERVICES[service]["routes"]()
 
 
@@ -307,6 +311,30 @@ def test_gateway_discovers_workers_through_the_headless_service(report, target):
                         ["labels"])
 
 
+def secret_env(container) -> dict[str, dict]:
+    """{variable: secretKeyRef} of the variables a container takes from Secrets."""
+    return {item["name"]: item["valueFrom"]["secretKeyRef"] for item in container.get("env", [])
+            if "secretKeyRef" in item.get("valueFrom", {})}
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_keys_and_tokens_come_from_one_optional_secret(report, target):
+    objects = _objects(report, target)
+    gateway = secret_env(the_container(named(objects, "Deployment", GATEWAY)))
+    worker = secret_env(the_container(named(objects, "Deployment", WORKER)))
+    assert set(gateway) == {"GATEWAY_API_KEYS", "GATEWAY_WORKER_TOKEN"}
+    assert set(worker) == {"OCR_API_TOKEN"}
+    for service, refs in ((GATEWAY, gateway), (WORKER, worker)):
+        read = env_names_read(*SERVICES[service]["code"])
+        for name, ref in refs.items():
+            assert name in read, f"{service}: the config code does not read {name}"
+            # optional: the fleet starts without the Secret (no authentication then)
+            assert ref["optional"] is True and ref["name"] == "ocrfleet-auth"
+    # the token the gateway sends is the one the workers expect
+    assert gateway["GATEWAY_WORKER_TOKEN"] == worker["OCR_API_TOKEN"]
+    assert not of_kind(objects, "Secret"), "no secret in the repository"
+
+
 # ---- selectors --------------------------------------------------------------------------------
 @pytest.mark.parametrize("target", TARGETS)
 def test_selectors_match_pod_labels(report, target):
@@ -320,7 +348,8 @@ def test_selectors_match_pod_labels(report, target):
         container = the_container(selected[0])
         for port in service["spec"]["ports"]:
             target_port = resolve_port(container, port.get("targetPort", port["port"]))
-            assert target_port == port["port"] == container["ports"][0]["containerPort"]
+            assert target_port == port["port"]
+            assert port["name"] == port.get("targetPort"), "a Service port maps its namesake"
     for pdb in of_kind(objects, "PodDisruptionBudget"):
         assert len(selected_deployments(objects, pdb["spec"]["selector"]["matchLabels"])) == 1
     for hpa in of_kind(objects, "HorizontalPodAutoscaler"):
@@ -332,6 +361,8 @@ def test_selectors_match_pod_labels(report, target):
         services = [s for s in of_kind(objects, "Service")
                     if labels_match(match, s["metadata"].get("labels", {}))]
         assert len(services) == 1, "each pod must be scraped once"
+        assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["metrics"]
+        assert services[0]["spec"].get("clusterIP") != "None"
         annotations = [d["spec"]["template"]["metadata"].get("annotations", {})
                        for d in selected_deployments(objects, services[0]["spec"]["selector"])]
         assert all(a.get("prometheus.io/scrape") != "true" for a in annotations), \
@@ -345,7 +376,7 @@ def test_only_the_gateway_reaches_the_workers(report, target):
     worker_labels = worker_deployment["spec"]["template"]["metadata"]["labels"]
     gateway_labels = named(objects, "Deployment", GATEWAY)["spec"]["template"]["metadata"][
         "labels"]
-    worker_port = the_container(worker_deployment)["ports"][0]
+    worker_ports = {p["name"]: p for p in the_container(worker_deployment)["ports"]}
     policies = [p for p in of_kind(objects, "NetworkPolicy")
                 if labels_match(p["spec"]["podSelector"].get("matchLabels", {}), worker_labels)]
     assert len(policies) == 1
@@ -360,8 +391,11 @@ def test_only_the_gateway_reaches_the_workers(report, target):
         assert not labels_match(peer["podSelector"]["matchLabels"], worker_labels)
     for rule in spec["ingress"]:
         assert rule["from"], "an empty `from` admits everyone"
-        assert {p["port"] for p in rule["ports"]} <= {worker_port["name"],
-                                                     worker_port["containerPort"]}
+        # the gateway reaches the API port, Prometheus (another namespace) the metrics port
+        expected = worker_ports["http" if any("namespaceSelector" not in peer
+                                              for peer in rule["from"]) else "metrics"]
+        assert {p["port"] for p in rule["ports"]} <= {expected["name"],
+                                                     expected["containerPort"]}
 
 
 # ---- scaling ------------------------------------------------------------------------------------

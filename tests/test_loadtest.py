@@ -231,7 +231,7 @@ def test_locust_marks_wrong_answers_as_failures(fake_ocr, tmp_path):
 def test_locust_against_a_sim_worker_passes(tmp_path):
     port = free_port()
     worker = worker_process(port, {"OCR_ENGINE": "sim", "OCR_SIM_PAGE_MS": "5",
-                                   "WORKERS": "1"}, tmp_path / "worker.log")
+                                   "OCR_PROCESSES": "1"}, tmp_path / "worker.log")
     worker.start().wait_ready(60)
     try:
         code, stats = _run_locust(f"http://127.0.0.1:{port}", tmp_path / "results")

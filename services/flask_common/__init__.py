@@ -18,6 +18,7 @@ from services.ocr_api.errors import ApiError, unprocessable
 from services.ocr_api.logs import current_log_id
 from services.ocr_api.request import form_fields_to_json, parse_json_body
 
+from .access import AccessPolicy, install_access_control
 from .prometheus import render_metrics
 
 log = logging.getLogger("http")
@@ -25,10 +26,14 @@ log = logging.getLogger("http")
 
 def create_service_app(name: str, *, max_file_bytes: int,
                        readiness: Callable[[], tuple[bool, str, dict[str, Any]]],
-                       record_request: Callable[[int, float], None]) -> Flask:
+                       record_request: Callable[[int, float], None],
+                       liveness: Callable[[], str | None] = lambda: None,
+                       access: AccessPolicy = AccessPolicy()) -> Flask:
     """A Flask app with what both services share; the caller adds POST /ocr.
-    `readiness()` -> (ready, why, extra fields for /readyz); `record_request(status, seconds)`
-    is called once per /ocr answer that is not streamed."""
+    `readiness()` -> (ready, why, extra fields for /readyz; nothing internal such as
+    addresses: the probes are open); `liveness()` -> why the process must be restarted, or
+    None; `record_request(status, seconds)` is called once per /ocr answer that is not
+    streamed; `access`: API keys and the metrics port (access.py)."""
     app = Flask(name)
     app.json.sort_keys = False  # keep PaddleX's field order
     max_body = max_file_bytes * 4 // 3 + 1024 * 1024  # base64 and JSON/multipart overhead
@@ -42,6 +47,8 @@ def create_service_app(name: str, *, max_file_bytes: int,
         g.log_id = usable_log_id(request.headers.get("X-Log-Id")) or new_log_id()
         current_log_id.set(g.log_id)
 
+    install_access_control(app, access)  # after _begin: a 401 carries the logId
+
     @app.after_request
     def _finish(response: Response):
         if request.path == "/ocr" and not response.is_streamed:
@@ -51,6 +58,9 @@ def create_service_app(name: str, *, max_file_bytes: int,
 
     @app.get("/healthz")
     def healthz():
+        dead = liveness()
+        if dead:
+            raise ApiError(503, f"Not live: {dead}")
         return json_response(envelope.no_result(g.log_id, 0, "Healthy"))
 
     @app.get("/readyz")

@@ -7,6 +7,9 @@ import os
 from typing import Mapping, Sequence
 
 
+MIN_SECRET_CHARS, MAX_SECRET_CHARS = 16, 512
+
+
 class ConfigError(ValueError):
     """A configuration variable holds a value the service cannot run with."""
 
@@ -76,6 +79,32 @@ class Env:
         if value is None:
             return []
         return [item.strip() for item in value.split(",") if item.strip()]
+
+    def secrets(self, name: str, file_name: str) -> tuple[str, ...]:
+        """Secrets (API keys, tokens) from `name` (comma-separated) and from the file that
+        `file_name` names (a mounted Secret: one per line or comma-separated; lines starting
+        with `#` are ignored). Messages name the variable, never the secret."""
+        items = self.list(name)
+        path = self._raw(file_name)
+        if path is not None:
+            try:
+                with open(path, encoding="utf-8") as file:
+                    text = file.read(1024 * 1024)
+            except (OSError, UnicodeDecodeError) as exc:
+                raise ConfigError(f"{file_name}={path!r}: cannot read it "
+                                  f"({type(exc).__name__})") from None
+            for line in text.splitlines():
+                if line.strip().startswith("#"):
+                    continue
+                items += [item.strip() for item in line.split(",") if item.strip()]
+        for item in items:
+            if not MIN_SECRET_CHARS <= len(item) <= MAX_SECRET_CHARS:
+                raise ConfigError(f"{name}/{file_name}: a value of {len(item)} characters; "
+                                  f"expected {MIN_SECRET_CHARS} to {MAX_SECRET_CHARS}")
+            if not all("!" <= char <= "~" for char in item):
+                raise ConfigError(f"{name}/{file_name}: a value with spaces or characters "
+                                  "outside printable ASCII")
+        return tuple(dict.fromkeys(items))
 
 
 def _check_range(name, number, minimum, maximum) -> None:

@@ -10,12 +10,14 @@ from flask import Flask, request
 
 from services.flask_common import (create_service_app, json_response, outcome_of,
                                    read_ocr_fields)
+from services.flask_common.access import AccessPolicy
 from services.ocr_api.logs import current_log_id
 
 from . import metrics
 from .capacity import DEADLINE_HEADER, capacity_headers, parse_deadline_ms
 from .config import WorkerConfig
 from .engine import Engine
+from .health import stall_reason
 from .service import OcrService
 
 log = logging.getLogger("ocr_worker.http")
@@ -26,12 +28,18 @@ def create_app(config: WorkerConfig | None = None, engine: Engine | None = None,
     config = config or WorkerConfig.from_env()
     service = OcrService(config, engine)
 
+    def liveness() -> str | None:
+        return stall_reason(service.batcher.progress(), config.stall_timeout_s)
+
     def readiness():
-        ready, why = service.readiness()
+        stalled = liveness()
+        ready, why = (False, stalled) if stalled else service.readiness()
         return ready, why, {"engine": service.engine.info, "capacity": service.capacity()}
 
     app = create_service_app("ocr_worker", max_file_bytes=config.max_bytes,
-                             readiness=readiness, record_request=_record)
+                             readiness=readiness, record_request=_record, liveness=liveness,
+                             access=AccessPolicy(keys=config.api_tokens,
+                                                 metrics_port=config.metrics_port))
     app.extensions["ocr_service"] = service
 
     @app.post("/ocr")

@@ -45,6 +45,19 @@ class DeadlineExceeded(RuntimeError):
     """The page's request deadline passed before the page could be queued or inferred."""
 
 
+@dataclass(frozen=True)
+class Progress:
+    """What the inference thread is doing, for liveness (see health.py)."""
+
+    loaded: bool  # the model is loaded and warmed up
+    running: bool  # the inference thread is alive
+    stopping: bool  # stop() was called: the thread is meant to end
+    idle: bool  # blocked waiting for a page: not stuck, however long ago the last one was
+    in_engine: int  # pages in the engine call under way (0: none)
+    queued: int  # pages waiting for the thread
+    since_progress_s: float  # since a page last went into or came out of the engine
+
+
 class InferenceBatcher:
     def __init__(self, engine: Engine, *, queue_pages: int, max_batch: int,
                  batch_wait_s: float, warmup: bool,
@@ -62,6 +75,10 @@ class InferenceBatcher:
         self.ready = threading.Event()
         self.load_error: str | None = None
         self.load_seconds: float | None = None
+        self._progress_at = time.monotonic()
+        self._in_engine = 0
+        self._idle = False
+        self._stopping = False
 
     # ---- request-thread side -------------------------------------------------------------
     def start(self) -> None:
@@ -84,8 +101,16 @@ class InferenceBatcher:
         self._observe("enqueued", self._queue.qsize())
         return job.future
 
+    def progress(self) -> Progress:
+        return Progress(
+            loaded=self.ready.is_set(), running=self._thread.is_alive(),
+            stopping=self._stopping, idle=self._idle, in_engine=self._in_engine,
+            queued=self._queue.qsize() + (self._held_back is not None),
+            since_progress_s=time.monotonic() - self._progress_at)
+
     def stop(self, timeout: float | None = None) -> None:
         """Finish the pages already queued, then end the inference thread."""
+        self._stopping = True
         self._queue.put(_STOP)
         self._thread.join(timeout)
 
@@ -126,7 +151,9 @@ class InferenceBatcher:
         first = self._held_back
         self._held_back = None
         if first is None:
+            self._idle = True
             first = self._queue.get()
+            self._progress_at, self._idle = time.monotonic(), False
             if first is _STOP:
                 return None
         batch = [first]
@@ -181,8 +208,12 @@ class InferenceBatcher:
             job.future.set_exception(exc)
 
     def _predict(self, jobs: list[PageJob]) -> list[PageOutput]:
-        started = time.monotonic()
-        outputs = self.engine.predict([job.image for job in jobs], jobs[0].params)
+        started = self._progress_at = time.monotonic()
+        self._in_engine = len(jobs)
+        try:
+            outputs = self.engine.predict([job.image for job in jobs], jobs[0].params)
+        finally:
+            self._progress_at, self._in_engine = time.monotonic(), 0
         self._observe("inference", (time.monotonic() - started, len(jobs)))
         if len(outputs) != len(jobs):
             raise RuntimeError(f"engine returned {len(outputs)} results for {len(jobs)} pages")

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
@@ -44,6 +44,7 @@ class WorkerConfig:
     batch_wait_ms: float = 0.0
     retry_after_s: int = 1
     request_timeout_s: float = 600.0
+    stall_timeout_s: float = 120.0  # per page in the engine; see health.py
     warmup: bool = True
 
     # memory (README "Memory")
@@ -56,6 +57,10 @@ class WorkerConfig:
 
     allow_url_input: bool = False
     url_timeout_s: float = 20.0
+
+    # tokens a caller (the gateway) must send; none: no check. Never in repr (logs).
+    api_tokens: tuple[str, ...] = field(default=(), repr=False)
+    metrics_port: int | None = None  # /metrics on this port only
 
     sim_page_ms: float = 200.0
     sim_jitter_ms: float = 0.0
@@ -90,6 +95,7 @@ class WorkerConfig:
             batch_wait_ms=env.float("OCR_BATCH_WAIT_MS", defaults.batch_wait_ms, 0, 1000),
             retry_after_s=env.int("OCR_RETRY_AFTER_S", defaults.retry_after_s, 1),
             request_timeout_s=env.float("OCR_REQUEST_TIMEOUT_S", defaults.request_timeout_s, 1),
+            stall_timeout_s=env.float("OCR_STALL_TIMEOUT_S", defaults.stall_timeout_s, 1),
             warmup=env.bool("OCR_WARMUP", defaults.warmup),
             page_window=env.int("OCR_PAGE_WINDOW", defaults.page_window, 1, 64),
             ort_cpu_arena=env.bool("OCR_ORT_CPU_ARENA", defaults.ort_cpu_arena),
@@ -99,6 +105,8 @@ class WorkerConfig:
             memory_ceiling_mb=env.int("OCR_MEMORY_CEILING_MB", defaults.memory_ceiling_mb, 0),
             allow_url_input=env.bool("OCR_ALLOW_URL_INPUT", defaults.allow_url_input),
             url_timeout_s=env.float("OCR_URL_TIMEOUT_S", defaults.url_timeout_s, 1),
+            api_tokens=env.secrets("OCR_API_TOKEN", "OCR_API_TOKEN_FILE"),
+            metrics_port=env.int("OCR_METRICS_PORT", None, 1, 65535),
             sim_page_ms=env.float("OCR_SIM_PAGE_MS", defaults.sim_page_ms, 0),
             sim_jitter_ms=env.float("OCR_SIM_JITTER_MS", defaults.sim_jitter_ms, 0),
             log_level=env.choice("OCR_LOG_LEVEL", defaults.log_level,
@@ -143,20 +151,32 @@ class WorkerServerSettings:
     graceful_timeout_s: int = 120
     keepalive_s: int = 75
     devices: tuple[str, ...] = ()
+    metrics_port: int | None = None  # a second bind, for /metrics only
+
+    @property
+    def binds(self) -> list[str]:
+        ports = [self.port] + ([self.metrics_port] if self.metrics_port else [])
+        return [f"{self.host}:{port}" for port in ports]
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "WorkerServerSettings":
         env = Env(environ)
-        queue_size = WorkerConfig.from_env(environ).queue_size
+        config = WorkerConfig.from_env(environ)
+        queue_size = config.queue_size
         d = cls()
-        return cls(
+        settings = cls(
             host=env.str("HOST", d.host),
             port=env.int("PORT", d.port, 1, 65535),
-            processes=env.int("WORKERS", d.processes, 1, 64),
+            # not WORKERS: `make run WORKERS=N` (the fleet size) exports that to every worker
+            processes=env.int("OCR_PROCESSES", d.processes, 1, 64),
             # enough for every admitted request plus spares that answer 503 and health checks
             http_threads=env.int("HTTP_THREADS", queue_size + 16, 2, 1024),
             heartbeat_timeout_s=env.int("GUNICORN_TIMEOUT_S", d.heartbeat_timeout_s, 10),
             graceful_timeout_s=env.int("OCR_GRACEFUL_TIMEOUT_S", d.graceful_timeout_s, 1),
             keepalive_s=env.int("HTTP_KEEPALIVE_S", d.keepalive_s, 1),
             devices=tuple(env.list("CUDA_VISIBLE_DEVICES_LIST")),
+            metrics_port=config.metrics_port,
         )
+        if settings.metrics_port == settings.port:
+            raise ConfigError("OCR_METRICS_PORT must differ from PORT")
+        return settings

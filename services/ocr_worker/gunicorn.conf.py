@@ -1,7 +1,8 @@
-"""gunicorn settings for the OCR worker: one process per device (WORKERS, default 1), HTTP
-threads enough for the admission queue plus spares, so a full queue is answered 503 at once, graceful
-SIGTERM (refuse new work, finish what was admitted), multiprocess-aware Prometheus metrics,
-and the replacement of a process over its memory ceiling (services/ocr_worker/recycle.py).
+"""gunicorn settings for the OCR worker: one process per device (OCR_PROCESSES, default 1),
+HTTP threads enough for the admission queue plus spares, so a full queue is answered 503 at
+once, graceful SIGTERM (refuse new work, finish what was admitted), multiprocess-aware
+Prometheus metrics, /metrics on a second bind when OCR_METRICS_PORT is set, and the
+replacement of a process over its memory ceiling (services/ocr_worker/recycle.py).
 
 Run: gunicorn -c services/ocr_worker/gunicorn.conf.py services.ocr_worker.wsgi:app"""
 
@@ -15,7 +16,7 @@ from services.ocr_worker.config import WorkerServerSettings
 _settings = WorkerServerSettings.from_env()
 _host, _port = _settings.host, _settings.port
 
-bind = f"{_host}:{_port}"
+bind = _settings.binds  # the service port, and the metrics port when one is set
 workers = _settings.processes
 worker_class = "gthread"
 threads = _settings.http_threads
