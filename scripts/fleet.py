@@ -5,6 +5,7 @@ for until its readiness URL answers 200, and is stopped with SIGTERM (then SIGKI
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -14,6 +15,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -73,6 +75,7 @@ class ManagedProcess:
     ready_url: str | None = None
     log_path: Path | None = None
     process: subprocess.Popen | None = None
+    ready_probe: Callable[[], bool] | None = None  # instead of ready_url (not HTTP)
 
     def start(self) -> "ManagedProcess":
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **self.env}
@@ -89,7 +92,10 @@ class ManagedProcess:
             if self.process.poll() is not None:
                 raise RuntimeError(f"{self.name} exited with code {self.process.returncode}"
                                    + (f"; see {self.log_path}" if self.log_path else ""))
-            if self.ready_url is None or http_status(self.ready_url) == 200:
+            if self.ready_probe is not None:
+                if self.ready_probe():
+                    return self
+            elif self.ready_url is None or http_status(self.ready_url) == 200:
                 return self
             time.sleep(0.1)
         raise TimeoutError(f"{self.name} not ready at {self.ready_url} within {timeout:.0f} s")
@@ -139,6 +145,31 @@ def gateway_process(port: int, env: dict[str, str] | None = None,
         env={"PORT": str(port), "HOST": "127.0.0.1", **(env or {})},
         ready_url=f"http://127.0.0.1:{port}/readyz",
         log_path=log_path,
+    )
+
+
+def redis_answers(port: int, host: str = "127.0.0.1") -> bool:
+    """Redis answers PING (and has loaded its data: it answers -LOADING until then)."""
+    try:
+        with socket.create_connection((host, port), timeout=1) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def redis_process(port: int, data_dir: Path, log_path: Path | None = None) -> ManagedProcess:
+    """Debian's redis-server on loopback, its append-only file in `data_dir` (jobs survive a
+    restart of Redis too), refusing writes rather than evicting keys when memory is full."""
+    server = shutil.which("redis-server") or "/usr/bin/redis-server"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    return ManagedProcess(
+        name=f"redis:{port}",
+        cmd=[server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data_dir),
+             "--appendonly", "yes", "--save", "", "--maxmemory-policy", "noeviction",
+             "--daemonize", "no", "--logfile", ""],
+        log_path=log_path,
+        ready_probe=lambda: redis_answers(port),
     )
 
 
