@@ -15,6 +15,7 @@ from services.ocr_api.logs import current_log_id
 
 from . import metrics
 from .config import GatewayConfig
+from .jobs import install_jobs
 from .service import GatewayService
 
 log = logging.getLogger("gateway.http")
@@ -52,6 +53,7 @@ def create_app(config: GatewayConfig | None = None, resolver=None, start: bool =
 
         return Response(stream_with_context(lines()), mimetype=NDJSON)
 
+    install_jobs(app, config, service, start=start)
     if start:
         service.start()
     return app
