@@ -29,7 +29,7 @@ $(MODELS_STAMP): scripts/fetch_models.py | $(STAMP)
 	touch $@
 
 run: install
-	$(PY) -m scripts.run_fleet --workers $(WORKERS)
+	$(PY) -m scripts.run_fleet --workers $(WORKERS) $(if $(filter 1 yes true,$(REDIS)),--redis)
 
 worker: install
 	PORT=$(PORT) $(VENV)/bin/gunicorn -c services/ocr_worker/gunicorn.conf.py services.ocr_worker.wsgi:app

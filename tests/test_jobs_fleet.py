@@ -31,7 +31,8 @@ import requests
 from gateway.jobs.callbacks import SIGNATURE_HEADER, verify_signature
 from gateway.jobs.store_redis import RedisJobStore
 from gateway.jobs.store_sqlite import SqliteJobStore
-from scripts.fleet import free_port, gateway_process, redis_process, stop_all, worker_process
+from scripts.fleet import (free_port, gateway_process, http_status, redis_process, stop_all,
+                           worker_process)
 from tests.test_jobs_callbacks import Receiver
 
 SECRET = "fleet-test-secret-0123456789abcdef"
@@ -365,3 +366,38 @@ def test_bad_submissions_are_refused_at_once(gateway):
     assert bad_wait.status_code == 422
     metrics = requests.get(f"{gateway.url}/metrics", timeout=10).text
     assert re.search(r'^ocr_gateway_jobs_total\{state="succeeded"\} [1-9]', metrics, re.M)
+
+
+def test_make_run_redis_starts_redis_and_the_gateway_stores_jobs_there():
+    from tests.test_run_fleet import launch
+
+    worker, gateway_port, redis_port = free_port(), free_port(), free_port()
+    process = launch("--workers", "1", "--worker-port", str(worker), "--no-nginx",
+                     "--gateway-port", str(gateway_port), "--redis",
+                     "--redis-port", str(redis_port))
+    url = f"http://127.0.0.1:{gateway_port}"
+    try:
+        wait_until(lambda: process.poll() is not None
+                   or (_listening(gateway_port) and http_status(f"{url}/readyz") == 200),
+                   timeout_s=120, what="make run --redis to be ready")
+        assert process.poll() is None, process.stdout.read()
+        job_id = submit(url, sized_pdf(2, 800)).json()["result"]["jobId"]
+        assert follow(url, job_id)[0]["state"] == "succeeded"
+        store = RedisJobStore(f"redis://127.0.0.1:{redis_port}/0")
+        try:
+            assert store.get(job_id).pages_done == 2
+        finally:
+            store.close()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=60)
+    assert process.returncode == 0, output
+    assert f"redis-server on 127.0.0.1:{redis_port}" in output
+    assert not _listening(redis_port), "make run stops its redis-server"
+
+
+def _listening(port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
