@@ -263,3 +263,28 @@ def test_queued_state_before_a_runner_takes_it(store):
     service = FakePages()
     job = submit(store, service, {}, sized_pdf(2))
     assert store.get(job.id).state == QUEUED
+
+
+def test_a_stopping_gateway_gives_its_job_back_at_once(store):
+    service = FakePages()
+    runner = runner_for(store, service)
+    job = submit(store, service, {}, sized_pdf(20))
+    service.on_page = lambda index: runner.stop() if index == 3 else None  # SIGTERM
+    assert runner.run_once()
+    assert service.sent == [0, 1, 2, 3]
+    handed_over = store.get(job.id)
+    assert handed_over.state == RUNNING and handed_over.lease_token == ""
+    assert handed_over.pages_done == 4
+    successor = FakePages()
+    assert runner_for(store, successor).run_once()  # due now, not after the lease
+    assert successor.sent == list(range(4, 20)) and store.get(job.id).state == SUCCEEDED
+
+
+def test_a_runner_error_gives_the_job_back_for_a_later_try(store):
+    service = FakePages(error=RuntimeError("cannot schedule new futures after shutdown"))
+    job = submit(store, service, {}, sized_pdf(2))
+    assert runner_for(store, service).run_once()
+    again = store.get(job.id)
+    assert again.state == RUNNING and again.lease_token == ""
+    assert store.claim("other", 30) is None
+    assert store.claim("other", 30, now=again.started + 6) is not None

@@ -60,6 +60,10 @@ class Jobs:
         self.runner.start()
         atexit.register(self.runner.stop)
 
+    def stop(self) -> None:
+        if self.runner is not None:
+            self.runner.stop()
+
     def wake(self) -> None:
         if self.runner is not None:
             self.runner.wake()

@@ -168,6 +168,9 @@ class JobRunner:
                     self._run_pages(claim, lease)
                 finally:
                     metrics.JOBS_RUNNING.dec()
+        except Exception:  # give the job back to be tried again (GATEWAY_JOBS_TIMEOUT_S ends it)
+            log.exception("job failed in this runner", extra={"jobId": lease.job_id})
+            self._give_back(lease, time.time() + RETRY_BUSY_S)
         finally:
             self._leases.pop(lease.job_id, None)
         return True
