@@ -72,7 +72,7 @@ def create_blueprint(jobs) -> Blueprint:
                                     "instead")
             check_callback_url(callback_url, jobs.policy)
         plan = jobs.service.plan(fields, file_bytes)
-        _close(plan.chunks)
+        _close(getattr(plan, "chunks", None))  # planned to validate; the runner sends them
         current_log_id.set(plan.request.log_id)
         job = Job(id=uuid.uuid4().hex, client=client_identity(),
                   spec=job_spec(plan, fields, callback_url, base_url()))

@@ -195,7 +195,8 @@ class JobRunner:
             return  # cancelled between the claim and now
         if job.pages_done:
             metrics.JOB_RESUMES.inc()
-            log.info("resuming job", extra={"jobId": job.id, "pagesDone": job.pages_done})
+            log.info("resuming job", extra={"jobId": job.id, "logId": job.spec.log_id,
+                                            "pagesDone": job.pages_done})
         keep_sending = self._keep_sending(lease)
         whole_done = False  # an image (a TIFF's frames) is one request: all or nothing
         while True:
@@ -266,8 +267,8 @@ class JobRunner:
                                      bool(job.spec.callback_url), job.client, now)
         if finished:
             metrics.JOBS_ENDED.labels(state).inc()
-            log.info("job ended", extra={"jobId": job.id, "state": state,
-                                         "errorCode": code})
+            log.info("job ended", extra={"jobId": job.id, "logId": job.spec.log_id,
+                                         "state": state, "errorCode": code})
             self.wake()  # its callback is due now
 
     def _give_back(self, lease: Lease, retry_at: float) -> None:
@@ -292,8 +293,9 @@ class JobRunner:
             state = CB_PENDING
             next_at = time.time() + backoff_s(self.config.callback_backoff_s, attempts)
         metrics.CALLBACKS.labels("delivered" if delivered else "failed").inc()
-        log.info("callback attempt", extra={"jobId": job.id, "attempt": attempts,
-                                            "result": detail, "callbackState": state})
+        log.info("callback attempt", extra={"jobId": job.id, "logId": job.spec.log_id,
+                                            "attempt": attempts, "result": detail,
+                                            "callbackState": state})
         self.store.callback_done(job.id, lease.token, state, attempts, next_at)
 
 
