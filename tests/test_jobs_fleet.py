@@ -153,7 +153,7 @@ def fleet(tmp_path_factory):
 
 def gateway_env(fleet, **extra) -> dict[str, str]:
     return {"GATEWAY_REPLICAS": fleet["proxy"].url, "GATEWAY_PROCESSES": "1",
-            "GATEWAY_MAX_INFLIGHT_PER_REQUEST": "2", "GATEWAY_JOBS_LEASE_S": "2",
+            "GATEWAY_MAX_INFLIGHT_PER_REQUEST": "1", "GATEWAY_JOBS_LEASE_S": "2",
             "GATEWAY_JOBS_CALLBACK_SECRET": SECRET,
             "GATEWAY_JOBS_CALLBACK_ALLOW_PRIVATE": "true",
             "GATEWAY_JOBS_CALLBACK_BACKOFF_S": "0.2", **extra}
