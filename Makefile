@@ -31,7 +31,7 @@ $(MODELS_STAMP): scripts/fetch_models.py | $(STAMP)
 	touch $@
 
 run: install
-	$(PY) -m scripts.run_fleet --workers $(WORKERS) $(RUN_ARGS)
+	$(PY) -m scripts.run_fleet --workers $(WORKERS) $(if $(filter 1 yes true,$(REDIS)),--redis) $(RUN_ARGS)
 
 worker: install
 	PORT=$(PORT) $(VENV)/bin/gunicorn -c services/ocr_worker/gunicorn.conf.py services.ocr_worker.wsgi:app

@@ -18,6 +18,7 @@ from services.ocr_api.logs import current_log_id
 from . import metrics, web
 from .auth import access_policy
 from .config import GatewayConfig
+from .jobs import install_jobs
 from .service import GatewayService
 
 log = logging.getLogger("gateway.http")
@@ -59,6 +60,7 @@ def create_app(config: GatewayConfig | None = None, resolver=None, start: bool =
             response.headers["X-Num-Pages"] = str(plan.num_pages)  # totals before page 1
         return response
 
+    install_jobs(app, config, service, start=start)
     if start:
         service.start()
     return app

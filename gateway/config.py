@@ -38,6 +38,7 @@ class GatewayConfig:
     allow_url_input: bool = False
     url_timeout_s: float = 20.0
     log_level: str = "INFO"
+    jobs: "JobsConfig" = field(default_factory=lambda: JobsConfig())
 
     # Access (see services/flask_common/access.py); secrets never in repr (logs).
     api_keys: tuple[str, ...] = field(default=(), repr=False)  # none: no authentication
@@ -79,6 +80,7 @@ class GatewayConfig:
             worker_token=_first(env.secrets("GATEWAY_WORKER_TOKEN",
                                             "GATEWAY_WORKER_TOKEN_FILE")),
             metrics_port=env.int("GATEWAY_METRICS_PORT", None, 1, 65535),
+            jobs=JobsConfig.from_env(environ),
         )
         config.validate()
         return config
@@ -100,6 +102,70 @@ def _first(tokens: tuple[str, ...]) -> str | None:
     """The token the gateway sends: the first. One Secret value "NEW,OLD" serves both sides
     during a rotation (the workers accept every token listed)."""
     return tokens[0] if tokens else None
+
+
+@dataclass(frozen=True)
+class JobsConfig:
+    """Async jobs (/jobs, gateway/jobs/): where they are stored, how they are run and limited,
+    and how callbacks are sent."""
+
+    enabled: bool = True
+    redis_url: str | None = None  # the store of a fleet; without it an SQLite file
+    db_path: str = "~/.local/state/ocrfleet/gateway-jobs.sqlite3"
+    runners: int = 2  # jobs run at once per gateway process
+    lease_s: float = 15.0
+    timeout_s: float = 86400.0
+    result_ttl_s: float = 86400.0
+    max_active: int = 10  # per client (API key, else address)
+    max_stored_bytes: int = 2 * 1024 ** 3  # per client
+    max_wait_s: float = 60.0
+    public_url: str | None = None
+    callback_secret: str | None = None
+    callback_attempts: int = 8
+    callback_backoff_s: float = 2.0
+    callback_timeout_s: float = 10.0
+    callback_allow_private: bool = False
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> "JobsConfig":
+        env = Env(environ)
+        d = cls()
+        config = cls(
+            enabled=env.bool("GATEWAY_JOBS_ENABLED", d.enabled),
+            redis_url=env.optional_str("GATEWAY_REDIS_URL"),
+            db_path=env.str("GATEWAY_JOBS_DB", d.db_path),
+            runners=env.int("GATEWAY_JOBS_RUNNERS", d.runners, 0, 64),
+            lease_s=env.float("GATEWAY_JOBS_LEASE_S", d.lease_s, 1),
+            timeout_s=env.float("GATEWAY_JOBS_TIMEOUT_S", d.timeout_s, 1),
+            result_ttl_s=env.float("GATEWAY_JOBS_RESULT_TTL_S", d.result_ttl_s, 1),
+            max_active=env.int("GATEWAY_JOBS_MAX_ACTIVE", d.max_active, 1),
+            max_stored_bytes=env.int("GATEWAY_JOBS_MAX_STORED_BYTES", d.max_stored_bytes, 1024),
+            max_wait_s=env.float("GATEWAY_JOBS_MAX_WAIT_S", d.max_wait_s, 0, 3600),
+            public_url=env.optional_str("GATEWAY_JOBS_PUBLIC_URL"),
+            callback_secret=env.optional_str("GATEWAY_JOBS_CALLBACK_SECRET"),
+            callback_attempts=env.int("GATEWAY_JOBS_CALLBACK_ATTEMPTS", d.callback_attempts,
+                                      1, 100),
+            callback_backoff_s=env.float("GATEWAY_JOBS_CALLBACK_BACKOFF_S",
+                                         d.callback_backoff_s, 0.01),
+            callback_timeout_s=env.float("GATEWAY_JOBS_CALLBACK_TIMEOUT_S",
+                                         d.callback_timeout_s, 0.1),
+            callback_allow_private=env.bool("GATEWAY_JOBS_CALLBACK_ALLOW_PRIVATE",
+                                            d.callback_allow_private),
+        )
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        if self.redis_url and not self.redis_url.startswith(("redis://", "rediss://",
+                                                             "unix://")):
+            raise ConfigError(f"GATEWAY_REDIS_URL={self.redis_url!r}: expected redis://host:"
+                              "port/db, rediss:// (TLS) or unix:///path")
+        if self.public_url and not self.public_url.startswith(("http://", "https://")):
+            raise ConfigError(f"GATEWAY_JOBS_PUBLIC_URL={self.public_url!r}: expected an "
+                              "http:// or https:// URL")
+        if self.callback_secret is not None and len(self.callback_secret) < 16:
+            raise ConfigError("GATEWAY_JOBS_CALLBACK_SECRET: use at least 16 characters (for "
+                              "example `openssl rand -hex 32`)")
 
 
 @dataclass(frozen=True)

@@ -27,8 +27,11 @@ prepare_multiprocess_dir("gateway", _host, _port)
 
 
 def worker_exit(server, worker):
-    service = worker.wsgi.extensions.get("gateway_service") if getattr(worker, "wsgi", None) \
-        else None
+    extensions = worker.wsgi.extensions if getattr(worker, "wsgi", None) else {}
+    jobs = extensions.get("gateway_jobs")
+    if jobs is not None:  # first: its runners store the pages in flight, give leases back
+        jobs.stop()
+    service = extensions.get("gateway_service")
     if service is not None:
         service.shutdown()
 

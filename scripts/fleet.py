@@ -7,6 +7,7 @@ group: a gunicorn master and the processes it forked, an nginx master and its wo
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -80,6 +81,7 @@ class ManagedProcess:
     process: subprocess.Popen | None = None
     # SIGTERM to the child when the launcher dies, even by SIGKILL (`make run`; see lifecycle)
     die_with_parent: bool = False
+    ready_probe: Callable[[], bool] | None = None  # instead of ready_url (not HTTP)
 
     def start(self) -> "ManagedProcess":
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **self.env}
@@ -102,7 +104,10 @@ class ManagedProcess:
             if self.process.poll() is not None:
                 raise RuntimeError(f"{self.name} exited with code {self.process.returncode}"
                                    + (f"; see {self.log_path}" if self.log_path else ""))
-            if self.ready_url is None or http_status(self.ready_url) == 200:
+            if self.ready_probe is not None:
+                if self.ready_probe():
+                    return self
+            elif self.ready_url is None or http_status(self.ready_url) == 200:
                 return self
             time.sleep(0.1)
         raise TimeoutError(f"{self.name} not ready at {self.ready_url} within {timeout:.0f} s")
@@ -183,6 +188,31 @@ def gateway_process(port: int, env: dict[str, str] | None = None,
         env={"PORT": str(port), "HOST": "127.0.0.1", **(env or {})},
         ready_url=f"http://127.0.0.1:{port}/readyz",
         log_path=log_path,
+    )
+
+
+def redis_answers(port: int, host: str = "127.0.0.1") -> bool:
+    """Redis answers PING (and has loaded its data: it answers -LOADING until then)."""
+    try:
+        with socket.create_connection((host, port), timeout=1) as sock:
+            sock.sendall(b"PING\r\n")
+            return sock.recv(64).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def redis_process(port: int, data_dir: Path, log_path: Path | None = None) -> ManagedProcess:
+    """Debian's redis-server on loopback, its append-only file in `data_dir` (jobs survive a
+    restart of Redis too), refusing writes rather than evicting keys when memory is full."""
+    server = shutil.which("redis-server") or "/usr/bin/redis-server"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    return ManagedProcess(
+        name=f"redis:{port}",
+        cmd=[server, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(data_dir),
+             "--appendonly", "yes", "--save", "", "--maxmemory-policy", "noeviction",
+             "--daemonize", "no", "--logfile", ""],
+        log_path=log_path,
+        ready_probe=lambda: redis_answers(port),
     )
 
 

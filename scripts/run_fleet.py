@@ -16,7 +16,7 @@ import sys
 
 from deploy.nginx import render as nginx
 from scripts.fleet import (REPO_ROOT, Interrupted, ManagedProcess, gateway_process,
-                           port_is_taken, stop_all, worker_process)
+                           port_is_taken, redis_process, stop_all, worker_process)
 from scripts.lifecycle import StopRequest, die_with_parent, parent_alive, signals_blocked
 
 RUN_DIR = REPO_ROOT / "run"
@@ -49,6 +49,21 @@ def cuda_inference_available() -> bool:
         return False
 
 
+def jobs_store(args, start, cancelled) -> dict[str, str]:
+    """The gateway's job store: a redis-server of our own (--redis, `make run REDIS=1`), the
+    one GATEWAY_REDIS_URL names, or else an SQLite file in run/. `start` launches (and
+    records) a process the way the rest of the fleet is launched."""
+    if args.redis:
+        redis = start(redis_process(args.redis_port, RUN_DIR / "redis", RUN_DIR / "redis.log"))
+        redis.wait_ready(30, cancelled)
+        print(f"redis-server on 127.0.0.1:{args.redis_port} stores the jobs (run/redis/)")
+        return {"GATEWAY_REDIS_URL": f"redis://127.0.0.1:{args.redis_port}/0"}
+    if os.environ.get("GATEWAY_REDIS_URL"):
+        return {}
+    return {"GATEWAY_JOBS_DB": os.environ.get("GATEWAY_JOBS_DB")
+            or str(RUN_DIR / "jobs.sqlite3")}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=2,
@@ -57,13 +72,17 @@ def main(argv=None) -> int:
     parser.add_argument("--nginx-port", type=int, default=8090)
     parser.add_argument("--gateway-port", type=int, default=8080)
     parser.add_argument("--no-nginx", action="store_true")
+    parser.add_argument("--redis", action="store_true",
+                        help="job store in a redis-server started here (else SQLite in run/)")
+    parser.add_argument("--redis-port", type=int, default=6380)
     args = parser.parse_args(argv)
     if args.workers < 1:
         parser.error("--workers must be at least 1")
 
     worker_ports = [args.worker_port + i for i in range(args.workers)]
     use_nginx = not args.no_nginx and nginx.find_nginx() is not None
-    ports = worker_ports + [args.gateway_port] + ([args.nginx_port] if use_nginx else [])
+    ports = worker_ports + [args.gateway_port] + ([args.nginx_port] if use_nginx else []) \
+        + ([args.redis_port] if args.redis else [])
     taken = [port for port in ports if port_is_taken(port)]
     if taken:
         print(f"error: port(s) {', '.join(map(str, taken))} on 127.0.0.1 are already in use. "
@@ -127,6 +146,7 @@ def main(argv=None) -> int:
                   "worker list itself")
         if cancelled():
             raise Interrupted
+        upstream.update(jobs_store(args, start, cancelled))
         start(gateway_process(args.gateway_port, upstream, RUN_DIR / "gateway.log"))
         processes[-1].wait_ready(60, cancelled)
         print(f"ready: POST http://127.0.0.1:{args.gateway_port}/ocr  (Ctrl-C stops the fleet)",

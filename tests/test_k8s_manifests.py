@@ -674,3 +674,45 @@ def test_gpu_image_never_installs_cpu_onnxruntime_beside_the_gpu_one():
     # The CPU image keeps it: the worker extra must still name it.
     assert "onnxruntime" in [docker_requirements.requirement_name(r)
                              for r in docker_requirements.requirements(pyproject, ["worker"])]
+
+
+# ---- the job store ------------------------------------------------------------------------------
+@pytest.mark.parametrize("target", TARGETS)
+def test_gateways_share_the_job_store_of_the_render(report, target):
+    """Every gateway replica uses the one Redis the manifests deploy (with several replicas an
+    embedded per-pod store would lose jobs), which keeps its data rather than evicting it,
+    and which only the gateways can reach."""
+    from urllib.parse import urlsplit
+
+    from gateway.config import GatewayConfig
+
+    objects = _objects(report, target)
+    namespace = of_kind(objects, "Namespace")[0]["metadata"]["name"]
+    gateway = the_container(named(objects, "Deployment", GATEWAY))
+    env = container_env(objects, gateway)
+    redis_url = GatewayConfig.from_env(env).jobs.redis_url
+    assert redis_url, "GATEWAY_REDIS_URL must be set: gateways are scaled to several replicas"
+    parts = urlsplit(redis_url)
+    name, ns, *rest = parts.hostname.split(".")
+    assert ns == namespace and rest == ["svc", "cluster", "local"]
+    service = named(objects, "Service", name)
+    assert [p["port"] for p in service["spec"]["ports"]] == [parts.port]
+    (deployment,) = selected_deployments(objects, service["spec"]["selector"])
+    redis = the_container(deployment)
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == \
+        "Recreate", "one Redis with its data: never two side by side"
+    args = redis["args"]
+    assert args[args.index("--maxmemory-policy") + 1] == "noeviction"
+    assert args[args.index("--appendonly") + 1] == "yes"
+    mounts = {m["mountPath"] for m in redis["volumeMounts"]}
+    assert "/data" in mounts and redis["securityContext"]["readOnlyRootFilesystem"] is True
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    gateway_labels = named(objects, "Deployment", GATEWAY)["spec"]["template"]["metadata"][
+        "labels"]
+    (policy,) = [p for p in of_kind(objects, "NetworkPolicy")
+                 if labels_match(p["spec"]["podSelector"]["matchLabels"], labels)]
+    peers = [peer for rule in policy["spec"]["ingress"] for peer in rule["from"]]
+    assert peers and all(labels_match(p["podSelector"]["matchLabels"], gateway_labels)
+                         and "namespaceSelector" not in p for p in peers)
+    secret = [e for e in gateway.get("env", []) if e["name"] == "GATEWAY_JOBS_CALLBACK_SECRET"]
+    assert secret and secret[0]["valueFrom"]["secretKeyRef"]["optional"] is True

@@ -1,0 +1,90 @@
+"""Async jobs: `POST /jobs` stores a validated document and answers 202 at once; runners in
+every gateway process (of every replica sharing the store) work through the pages at batch
+priority, store each page as it finishes, and resume a job whose gateway died from its last
+finished page; callbacks tell the caller when it is done.
+
+    api.py        the /jobs routes               runner.py   leases, pages, callbacks
+    store*.py     Redis (fleet) or SQLite (one machine) behind one contract
+    callbacks.py  signing, address policy, one delivery attempt
+    results.py    JSON / NDJSON / text from the stored pages     model.py   the job record
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import threading
+
+from flask import Flask
+
+from ..config import GatewayConfig
+from .api import create_blueprint
+from .callbacks import AddressPolicy, CallbackSender, any_address, public_addresses
+from .runner import JobRunner
+from .store import JobStore, Limits, open_store
+
+log = logging.getLogger("gateway.jobs")
+
+
+class Jobs:
+    """What the routes and the runner share in one gateway process. The store is opened on
+    first use, so an app built without starting (tests, manifest checks) touches nothing."""
+
+    def __init__(self, config: GatewayConfig, service, policy: AddressPolicy | None = None):
+        self.config = config.jobs
+        self.service = service
+        self.policy = policy or (any_address if self.config.callback_allow_private
+                                 else public_addresses)
+        self.limits = Limits(self.config.max_active, self.config.max_stored_bytes)
+        self.runner: JobRunner | None = None
+        self._store: JobStore | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def store(self) -> JobStore:
+        with self._lock:
+            if self._store is None:
+                self._store = open_store(self.config.redis_url, self.config.db_path)
+            return self._store
+
+    def start(self) -> None:
+        sender = (CallbackSender(self.config.callback_secret, self.policy,
+                                 self.config.callback_timeout_s)
+                  if self.config.callback_secret else None)
+        try:
+            store = self.store
+        except Exception as exc:  # /jobs answers 503 saying so; /ocr is not affected
+            self.log_store_error(exc)
+            return
+        self.runner = JobRunner(store, self.service, self.config, sender)
+        self.runner.start()
+        atexit.register(self.runner.stop)
+
+    def stop(self) -> None:
+        if self.runner is not None:
+            self.runner.stop()
+
+    def wake(self) -> None:
+        if self.runner is not None:
+            self.runner.wake()
+
+    def cancelled(self, job_id: str) -> None:
+        if self.runner is not None:
+            self.runner.cancelled(job_id)
+
+    def log_store_error(self, exc: Exception) -> None:
+        where = self.config.redis_url or self.config.db_path
+        log.error("job store unavailable", extra={"store": where, "error": repr(exc)})
+
+
+def install_jobs(app: Flask, config: GatewayConfig, service, start: bool = True) -> Jobs | None:
+    """Register /jobs on the gateway app and start this process's runner (one call from
+    create_app). GATEWAY_JOBS_ENABLED=false leaves /jobs out."""
+    if not config.jobs.enabled:
+        return None
+    jobs = Jobs(config, service)
+    app.register_blueprint(create_blueprint(jobs))
+    app.extensions["gateway_jobs"] = jobs
+    if start:
+        jobs.start()
+    return jobs
