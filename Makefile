@@ -9,7 +9,8 @@ PORT ?= 8101
 WORKERS ?= 2
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: install system-deps models run worker test bench bench-scaling loadtest k8s-validate clean
+.PHONY: install system-deps models run worker test test-fast bench bench-scaling loadtest k8s-validate \
+	lock audit clean
 
 install: system-deps $(STAMP) $(MODELS_STAMP)
 
@@ -36,6 +37,18 @@ worker: install
 
 test: install
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# everything but the real engine: under a minute, no models needed
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not engine" $(PYTEST_ARGS)
+
+# requirements/{gateway,worker}.lock from pyproject.toml, pinned with hashes
+lock: $(STAMP)
+	$(PY) -m scripts.deps lock
+
+# pip-audit on the lock files; skipped with a note where no vulnerability service answers
+audit: $(STAMP)
+	$(PY) -m scripts.deps audit
 
 bench: install
 	$(PY) -m loadtest.bench_all
