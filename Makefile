@@ -38,9 +38,9 @@ worker: install
 test: install
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-# everything but the real engine: under a minute, no models needed
-test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not engine" $(PYTEST_ARGS)
+# everything but the real engine, 4 pytest processes (most of these tests wait on servers)
+test-fast: install
+	$(PY) -m pytest -q -m "not engine" -n 4 --dist loadfile $(PYTEST_ARGS)
 
 # requirements/{gateway,worker}.lock from pyproject.toml, pinned with hashes
 lock: $(STAMP)
