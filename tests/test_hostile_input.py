@@ -23,7 +23,7 @@ from gateway.app import create_app as create_gateway
 from gateway.config import GatewayConfig
 from services.ocr_api.errors import ApiError, excerpt
 from services.ocr_api.page_range import MAX_PARTS, MAX_SPEC_CHARS, parse_page_range
-from services.ocr_api.request import PIPELINE_PARAMS, parse_json_body
+from services.ocr_api.request import PIPELINE_PARAMS, form_fields_to_json, parse_json_body
 from services.ocr_worker.app import create_app as create_worker
 from services.ocr_worker.config import WorkerConfig
 from tests.conftest import REPO_ROOT
@@ -266,6 +266,25 @@ def test_excerpt_cuts_long_values():
     for _ in range(100_000):
         deep = [deep]
     assert excerpt(deep) == "a list of 1 item(s)"
+
+
+def test_form_fields_are_parsed_as_json_only_where_typed_and_short():
+    fields = form_fields_to_json({"file": "1234", "pageRange": "2", "logId": "7",
+                                  "textDetThresh": "0.3", "visualize": "false",
+                                  "textDetLimitType": "max", "fileType": "9" * 100,
+                                  "other": "[1]"})
+    assert fields == {"file": "1234", "pageRange": "2", "logId": "7", "textDetThresh": 0.3,
+                      "visualize": False, "textDetLimitType": "max", "fileType": "9" * 100,
+                      "other": "[1]"}
+
+
+def test_data_uri_prefix_is_stripped_without_a_regex():
+    from services.ocr_api.request import decode_base64_file
+
+    assert decode_base64_file("data:image/png;base64," + PNG_B64, 10**6) == png()
+    assert decode_base64_file("  " + PNG_B64[:20] + "\n " + PNG_B64[20:], 10**6) == png()
+    with pytest.raises(ApiError):
+        decode_base64_file("data:" + "x" * 10**6 + ";base64,AAAA", 10**6)
 
 
 def test_json_values_are_counted_before_parsing():
