@@ -86,7 +86,6 @@ class Env:
             return []
         return [item.strip() for item in value.split(",") if item.strip()]
 
-
     def check_prefix(self, prefix: str, also_known: Iterable[str] = ()) -> None:
         """ConfigError naming the first variable that starts with `prefix` but was neither read
         through this Env nor listed in `also_known` (names with the prefix that other code

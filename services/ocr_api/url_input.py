@@ -303,6 +303,7 @@ class SafeHttpClient:
     def _exchange(self, method, url, body, headers, deadline: _Deadline, read_body: bool):
         resolved = check_public_url(url, self.resolver, self.policy, deadline.left())
         watchdog = _Watchdog(deadline)
+        connection = None
         try:
             sock = self._connect(resolved, deadline, watchdog)
             connection_class = (http.client.HTTPSConnection if resolved.scheme == "https"
@@ -322,6 +323,8 @@ class SafeHttpClient:
             raise UrlRefused(f"{type(exc).__name__} talking to {excerpt(resolved.host)}") \
                 from None
         finally:
+            if connection is not None:
+                connection.close()  # the socket and the response's file on it
             watchdog.cancel()
 
     def _connect(self, resolved: ResolvedUrl, deadline: _Deadline,
