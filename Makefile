@@ -11,7 +11,8 @@ PORT ?= 8101
 WORKERS ?= 2
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: install system-deps models run worker test bench bench-scaling bench-overload loadtest k8s-validate screenshots clean
+.PHONY: install system-deps models run worker test test-fast bench bench-scaling bench-overload \
+	loadtest k8s-validate screenshots lock audit clean
 
 install: system-deps $(STAMP) $(MODELS_STAMP)
 
@@ -38,6 +39,18 @@ worker: install
 
 test: install
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# everything but the real engine, 4 pytest processes (most of these tests wait on servers)
+test-fast: install
+	$(PY) -m pytest -q -m "not engine" -n 4 --dist loadfile $(PYTEST_ARGS)
+
+# requirements/{gateway,worker}.lock from pyproject.toml, pinned with hashes
+lock: $(STAMP)
+	$(PY) -m scripts.deps lock
+
+# pip-audit on the lock files; skipped with a note where no vulnerability service answers
+audit: $(STAMP)
+	$(PY) -m scripts.deps audit
 
 bench: install
 	$(PY) -m loadtest.bench_all

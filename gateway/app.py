@@ -56,7 +56,7 @@ def create_app(config: GatewayConfig | None = None, resolver=None, start: bool =
                 _record(200, time.monotonic() - started)
 
         response = Response(stream_with_context(lines()), mimetype=NDJSON)
-        if plan.kind == "pdf":
+        if plan.kind in ("pdf", "tiff"):
             response.headers["X-Num-Pages"] = str(plan.num_pages)  # totals before page 1
         return response
 

@@ -36,10 +36,10 @@ def pages_from_reply(reply: dict[str, Any], page_indices: tuple[int, ...],
         result = reply["result"]
         ocr_results = result["ocrResults"]
         info = result["dataInfo"]
-        doc_type = info["type"]
+        doc_type = "tiff" if kind == "tiff" else info["type"]  # a TIFF split by frames
     except (KeyError, TypeError):
         raise MalformedReply("a replica answered without result.ocrResults/dataInfo") from None
-    if doc_type == "image":
+    if info.get("type") == "image":
         sizes = [{"width": info.get("width"), "height": info.get("height")}]
     else:
         sizes = info.get("pages") or []

@@ -9,6 +9,13 @@ from typing import Mapping
 from services.ocr_api.settings import ConfigError, Env
 
 
+ENV_PREFIX = "GATEWAY_"
+# Variables with the gateway's prefix that GatewayConfig does not read but are legitimately
+# set: read by GatewayServerSettings (gunicorn's side) below. Any other GATEWAY_* is a typo.
+OTHER_GATEWAY_VARIABLES = frozenset({"GATEWAY_PROCESSES", "GATEWAY_HTTP_THREADS",
+                                     "GATEWAY_GRACEFUL_TIMEOUT_S"})
+
+
 @dataclass(frozen=True)
 class GatewayConfig:
     # upstreams: exactly one of these three
@@ -82,6 +89,7 @@ class GatewayConfig:
             metrics_port=env.int("GATEWAY_METRICS_PORT", None, 1, 65535),
             jobs=JobsConfig.from_env(environ),
         )
+        env.check_prefix(ENV_PREFIX, OTHER_GATEWAY_VARIABLES)  # a typo first: it explains more
         config.validate()
         return config
 

@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
 from services.ocr_api import envelope
-from services.ocr_api.errors import ApiError, too_large, unprocessable
-from services.ocr_api.request import OcrRequest, parse_ocr_request, resolve_page_range
-from services.ocr_api.sniff import KIND_PDF
+from services.ocr_api.errors import ApiError, unprocessable
+from services.documents.pages import select_pages
+from services.documents.tiff import count_tiff_frames
+from services.ocr_api.request import OcrRequest, parse_ocr_request
+from services.ocr_api.sniff import KIND_PDF, is_tiff
 from services.ocr_api.url_input import make_url_fetcher
 
 from . import assemble, metrics
@@ -30,7 +32,7 @@ from .budget import RetryBudget
 from .config import GatewayConfig
 from .dispatch import DispatchSettings, ReplicaClient, make_pool, probe_ready
 from .scheduler import INTERACTIVE, Document, Scheduler, SchedulerSettings
-from .split import Chunk, PdfCutter, WholeFile, count_pages, group_pages
+from .split import KIND_TIFF, Chunk, PdfCutter, TiffCutter, WholeFile, count_pages, group_pages
 from .upstreams import MODE_DNS, MODE_LIST, MODE_LOAD_BALANCER, LimitSettings, ReplicaSet
 
 log = logging.getLogger("gateway")
@@ -50,9 +52,11 @@ class Plan:
     deadline: float
 
     def make_cutter(self):
-        if self.split:
-            return PdfCutter(self.request.file_bytes)
-        return WholeFile(self.request.file_bytes)
+        if not self.split:
+            return WholeFile(self.request.file_bytes)
+        if self.kind == KIND_TIFF:
+            return TiffCutter(self.request.file_bytes)
+        return PdfCutter(self.request.file_bytes)
 
 
 def build_replica_set(config: GatewayConfig, probe: Callable[[str], bool],
@@ -135,21 +139,34 @@ class GatewayService:
         partial = fields.get("returnPartialResults", False)
         if not isinstance(partial, bool):
             raise unprocessable("returnPartialResults must be true or false")
+        if is_tiff(request.file_bytes):
+            return self._plan_tiff(request, partial, deadline)
         if request.kind != KIND_PDF:
             return Plan(request, request.kind, [(0,)], 1, False, partial, deadline)
-        total = count_pages(request.file_bytes)
-        if total == 0:
-            raise unprocessable("The PDF has no pages")
-        indices = resolve_page_range(request.page_range, total)
-        if len(indices) > self.config.max_pages:
-            raise too_large(f"The request selects {len(indices)} PDF pages, over this "
-                            f"gateway's limit of {self.config.max_pages}: send fewer pages "
-                            "(pageRange) or split the document")
+        indices = select_pages(request.page_range, count_pages(request.file_bytes),
+                               self.config.max_pages, server="gateway")
+        return self._split_or_whole(request, KIND_PDF, indices, partial, deadline)
+
+    def _plan_tiff(self, request: OcrRequest, partial: bool, deadline: float) -> Plan:
+        """A multi-page TIFF is split by frames like a PDF by pages (frames counted cheaply
+        and capped); a single-frame one is an image."""
+        frames = count_tiff_frames(request.file_bytes, self.config.max_pages)
+        if frames <= 1:
+            return Plan(request, request.kind, [(0,)], 1, False, partial, deadline)
+        indices = select_pages(request.page_range, frames, self.config.max_pages,
+                               what="TIFF", server="gateway")
+        plan = self._split_or_whole(request, KIND_TIFF, indices, partial, deadline)
+        if not plan.split:  # sent whole: the worker selects the frames and names them
+            plan.kind = request.kind
+        return plan
+
+    def _split_or_whole(self, request: OcrRequest, kind: str, indices: list[int],
+                        partial: bool, deadline: float) -> Plan:
         if len(indices) <= self.config.pages_per_chunk:
-            return Plan(request, KIND_PDF, [tuple(indices)], len(indices), False, partial,
+            return Plan(request, kind, [tuple(indices)], len(indices), False, partial,
                         deadline)
         groups = group_pages(indices, self.config.pages_per_chunk)
-        return Plan(request, KIND_PDF, groups, len(indices), True, partial, deadline)
+        return Plan(request, kind, groups, len(indices), True, partial, deadline)
 
     def open(self, plan: Plan, priority: str = INTERACTIVE) -> Document:
         """Admit the document into the queue (429 when it does not fit, 503 when no replica
@@ -181,7 +198,8 @@ class GatewayService:
     def _chunk_body(self, plan: Plan, chunk: Chunk) -> bytes:
         request = plan.request
         page_range = None if plan.split else request.page_range
-        return json.dumps(request.forward_body(chunk.pdf, plan.kind, page_range)).encode()
+        kind = chunk.kind if plan.split else plan.kind
+        return json.dumps(request.forward_body(chunk.data, kind, page_range)).encode()
 
     def pages_in_order(self, plan: Plan, keep_sending: Callable[[], bool] = lambda: True, *,
                        priority: str = INTERACTIVE, document: Document | None = None,
@@ -238,7 +256,7 @@ class GatewayService:
             for page in outcomes:
                 pages.append(page)
                 line = assemble.stream_page_line(plan.request.log_id, page)
-                if plan.kind == KIND_PDF:
+                if plan.kind in (KIND_PDF, KIND_TIFF):
                     line["numPages"] = plan.num_pages
                 yield _line(line)
                 if page.error_code and not plan.partial:

@@ -1,46 +1,42 @@
-"""Splitting a PDF into small PDFs of consecutive selected pages with pypdfium2. Pure: bytes in,
-bytes out. pdfium is not thread-safe, so every call holds PDFIUM_LOCK."""
+"""Splitting a document into small standalone documents of consecutive selected pages: PDFs
+with pypdfium2, multi-page TIFFs with Pillow. Pure: bytes in, bytes out. pdfium is not
+thread-safe, so every call holds the process's PDFIUM_LOCK (services.documents.pdf)."""
 
 from __future__ import annotations
 
 import io
-import threading
 from dataclasses import dataclass
 from typing import Iterator
 
 import pypdfium2 as pdfium
+from PIL import Image
 
-from services.ocr_api.errors import unprocessable
+from services.documents.pdf import PDFIUM_LOCK, count_pdf_pages, open_pdf
+from services.ocr_api.errors import ApiError, excerpt, unprocessable
+from services.ocr_api.sniff import KIND_IMAGE, KIND_PDF
 
-PDFIUM_LOCK = threading.Lock()
+__all__ = ["PDFIUM_LOCK", "KIND_TIFF", "Chunk", "PdfCutter", "TiffCutter", "WholeFile",
+           "count_pages", "group_pages", "iter_chunks", "iter_tiff_chunks", "open_pdf",
+           "split_pdf"]
+
+KIND_TIFF = "tiff"  # a plan's kind when a multi-page TIFF is split by frames
 
 
 @dataclass(frozen=True)
 class Chunk:
-    """Pages `page_indices` (0-based, in the original document) as a standalone PDF."""
+    """Pages `page_indices` (0-based, in the original document) as a standalone document of
+    `kind` (a PDF, or for a TIFF's frames an image: a TIFF of those frames)."""
 
     page_indices: tuple[int, ...]
-    pdf: bytes
+    data: bytes
+    kind: str = KIND_PDF
+
+    @property
+    def pdf(self) -> bytes:  # the name from when every chunk was a PDF
+        return self.data
 
 
-def open_pdf(data: bytes) -> pdfium.PdfDocument:
-    try:
-        return pdfium.PdfDocument(data)
-    except pdfium.PdfiumError as exc:
-        if "password" in str(exc).lower():
-            raise unprocessable("The PDF is encrypted with a password: send an unencrypted "
-                                "copy") from None
-        raise unprocessable(f"The file is not a readable PDF ({exc}): it is truncated or "
-                            "damaged") from None
-
-
-def count_pages(data: bytes) -> int:
-    with PDFIUM_LOCK:
-        pdf = open_pdf(data)
-        try:
-            return len(pdf)
-        finally:
-            pdf.close()
+count_pages = count_pdf_pages
 
 
 def group_pages(page_indices: list[int], pages_per_chunk: int) -> list[tuple[int, ...]]:
@@ -74,7 +70,8 @@ class PdfCutter:
                 part.save(buffer)
             except pdfium.PdfiumError as exc:
                 raise unprocessable(f"Page(s) {group[0] + 1}-{group[-1] + 1} of the PDF "
-                                    f"cannot be read ({exc}): the file is damaged") from None
+                                    f"cannot be read ({excerpt(str(exc), 80)}): the file is "
+                                    "damaged") from None
             finally:
                 part.close()
         return Chunk(tuple(group), buffer.getvalue())
@@ -112,3 +109,76 @@ def iter_chunks(data: bytes, page_indices: list[int],
 
 def split_pdf(data: bytes, page_indices: list[int], pages_per_chunk: int = 1) -> list[Chunk]:
     return list(iter_chunks(data, page_indices, pages_per_chunk))
+
+
+# The worker decodes a one-frame TIFF with OpenCV and a frame of a multi-frame TIFF with
+# Pillow's convert("RGB"). A chunk therefore holds each frame already converted the way the
+# worker would convert it inside the whole file (so both paths see the same pixels), except
+# bilevel and 8-bit grey frames, which both decoders expand identically and which stay small
+# kept as they are (a fax page: CCITT group 4). Compression is lossless either way.
+_KEPT_MODES = {"1": "group4", "L": "tiff_adobe_deflate"}
+_RGB_COMPRESSION = "tiff_adobe_deflate"
+DEFAULT_MAX_PIXELS = 50_000_000
+
+
+def _frame_for_chunk(tiff: Image.Image, index: int, max_pixels: int) -> Image.Image:
+    try:
+        tiff.seek(index)
+        width, height = tiff.size
+        if width * height > max_pixels:
+            raise unprocessable(f"Page {index + 1} of the TIFF is {width} x {height} pixels, "
+                                f"over the limit of {max_pixels}: downscale it or split it")
+        frame = tiff.copy() if tiff.mode in _KEPT_MODES else tiff.convert("RGB")
+    except ApiError:
+        raise
+    except Exception as exc:  # PIL raises many types on corrupt data
+        raise unprocessable(f"Page {index + 1} of the TIFF cannot be decoded "
+                            f"({excerpt(str(exc), 80)}): the file is truncated or "
+                            "corrupt") from None
+    frame.info = {}  # no ICC profile, EXIF or resolution copied into the chunk
+    return frame
+
+
+def _save_frames(frames: list[Image.Image]) -> bytes:
+    buffer = io.BytesIO()
+    first, rest = frames[0], frames[1:]
+    first.save(buffer, format="TIFF", save_all=bool(rest), append_images=rest,
+               compression=_KEPT_MODES.get(first.mode, _RGB_COMPRESSION))
+    return buffer.getvalue()
+
+
+class TiffCutter:
+    """Cuts groups of frames out of one multi-page TIFF, each only when asked for, as a
+    standalone TIFF (kind image). A frame over `max_pixels` or that cannot be decoded is a 422
+    for its own group only."""
+
+    def __init__(self, data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS):
+        self.max_pixels = max_pixels
+        try:
+            self._tiff = Image.open(io.BytesIO(data), formats=["TIFF"])
+        except Exception as exc:  # PIL raises many types on corrupt data
+            raise unprocessable(f"The TIFF cannot be decoded ({excerpt(str(exc), 80)}): the "
+                                "file is truncated or corrupt") from None
+
+    def cut(self, group: tuple[int, ...]) -> Chunk:
+        frames = [_frame_for_chunk(self._tiff, index, self.max_pixels) for index in group]
+        # modes must agree within one file: bilevel next to RGB becomes all RGB
+        if len({frame.mode for frame in frames}) > 1:
+            frames = [frame.convert("RGB") for frame in frames]
+        return Chunk(tuple(group), _save_frames(frames), KIND_IMAGE)
+
+    def close(self) -> None:
+        self._tiff.close()
+
+
+def iter_tiff_chunks(data: bytes, page_indices: list[int], pages_per_chunk: int = 1,
+                     max_pixels: int = DEFAULT_MAX_PIXELS) -> Iterator[Chunk]:
+    """Chunks of a multi-page TIFF in page order, each a standalone TIFF of up to
+    `pages_per_chunk` consecutive selected frames (kind image), made only when asked for.
+    Frames are read in ascending order, so Pillow walks the file once."""
+    cutter = TiffCutter(data, max_pixels)
+    try:
+        for group in group_pages(page_indices, pages_per_chunk):
+            yield cutter.cut(group)
+    finally:
+        cutter.close()

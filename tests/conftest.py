@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,33 @@ from scripts.fleet import free_port, worker_process
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MODELS = REPO_ROOT / "models"
+
+
+# Fixtures that start the real engine: a test using one is marked `engine` (so that
+# `pytest -m "not engine"` leaves it out) without each test saying so. A test module can name
+# its own in a module-level ENGINE_FIXTURES; a test that starts a real worker itself carries
+# @pytest.mark.engine explicitly.
+ENGINE_FIXTURES = {"worker_url"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        engine_fixtures = ENGINE_FIXTURES | set(getattr(item.module, "ENGINE_FIXTURES", ()))
+        if engine_fixtures & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.engine)
+
+
+def wait_until(condition, timeout: float = 30.0, interval: float = 0.05, what: str = ""):
+    """Poll `condition()` until it returns something truthy (returned), or fail the test at
+    the deadline: the way tests wait, instead of sleeping a fixed time."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            pytest.fail(f"timed out after {timeout:g} s waiting for {what or condition}")
+        time.sleep(interval)
 
 
 def b64(data: bytes) -> str:

@@ -9,6 +9,7 @@ import pytest
 from services.ocr_api.errors import ApiError
 from services.ocr_worker.admission import Admission
 from services.ocr_worker.batcher import DeadlineExceeded, EngineNotReady, InferenceBatcher
+from tests.conftest import wait_until
 
 
 class RecordingEngine:
@@ -122,7 +123,7 @@ def test_load_failure_is_reported_not_raised():
     batcher = InferenceBatcher(RecordingEngine(load_error="no model"), queue_pages=2,
                                max_batch=1, batch_wait_s=0, warmup=False)
     batcher.start()
-    time.sleep(0.2)
+    wait_until(lambda: batcher.load_error, what="the load error")
     assert not batcher.ready.is_set()
     assert "no model" in batcher.load_error
     with pytest.raises(EngineNotReady):
@@ -132,11 +133,11 @@ def test_load_failure_is_reported_not_raised():
 def test_admission_refuses_at_once_when_full_and_when_draining():
     admission = Admission(capacity=2, retry_after_s=3)
     with admission.admit(), admission.admit():
-        began = time.monotonic()
+        # at once: on this thread, while the two admitted ones are still held, so a refusal
+        # that waited for a slot would never return (the test timeout would end it)
         with pytest.raises(ApiError) as caught:
             with admission.admit():
                 pass
-        assert time.monotonic() - began < 0.1
         assert caught.value.status == 503
         assert caught.value.headers["Retry-After"] == "3"
     with admission.admit():

@@ -17,9 +17,10 @@ import requests
 
 from loadtest import documents
 from scripts.fleet import free_port, gateway_process, stop_all, worker_process
-from tests.conftest import all_text, b64, post_ocr
+from tests.conftest import all_text, b64, post_ocr, wait_until
 
 REAL = {"OCR_THREADS": "1"}
+ENGINE_FIXTURES = {"fleet"}  # real workers: tests using it are marked engine (conftest)
 
 
 def start_fleet(tmp_path, workers_env, count=2, gateway_env=None):
@@ -77,10 +78,9 @@ def test_pages_are_spread_over_replicas_and_log_ids_reach_them(fleet):
     pdf = documents.labelled_pdf(4, lines_per_page=1)
     response = post_ocr(fleet["url"], {"file": b64(pdf), "logId": "follow-me-42"})
     assert response.status_code == 200
-    time.sleep(0.2)
-    for worker in fleet["workers"]:
-        log_text = worker.log_path.read_text()
-        assert '"logId": "follow-me-42"' in log_text, worker.name
+    for worker in fleet["workers"]:  # log lines are written as the answers go out
+        wait_until(lambda: '"logId": "follow-me-42"' in worker.log_path.read_text(),
+                   timeout=10, what=f"the logId in {worker.name}'s log")
 
 
 def test_page_range_and_images_through_the_gateway(fleet):
@@ -164,6 +164,7 @@ def test_gateway_readiness_and_metrics(fleet):
         assert name in text, name
 
 
+@pytest.mark.engine
 def test_sigkill_of_a_worker_mid_document_loses_no_page(tmp_path):
     workers, urls, gateway, url = start_fleet(tmp_path, REAL)
     try:

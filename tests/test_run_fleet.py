@@ -43,7 +43,7 @@ def _taken(port):
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-@pytest.mark.parametrize("with_nginx", [True, False])
+@pytest.mark.parametrize("with_nginx", [pytest.param(True, marks=pytest.mark.nginx), False])
 def test_fleet_comes_up_serves_and_stops_on_sigterm(with_nginx):
     if with_nginx and nginx.find_nginx() is None:
         pytest.skip("nginx is not installed")

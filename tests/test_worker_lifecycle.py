@@ -4,16 +4,24 @@ refuses new work but finishes what was admitted, and a worker that cannot find i
 stays up and says why in /readyz."""
 
 import concurrent.futures
+import re
 import signal
 import time
 
+import pytest
 import requests
 
 from loadtest import documents
-from scripts.fleet import free_port, worker_process
-from tests.conftest import b64
+from scripts.fleet import free_port, http_status, worker_process
+from tests.conftest import b64, wait_until
 
 PNG = b64(documents.to_png(documents.text_image(["x"])))
+
+
+def inflight(url: str) -> float:
+    text = requests.get(f"{url}/metrics", timeout=5).text
+    match = re.search(r"^ocr_worker_inflight_requests ([0-9.]+)", text, re.M)
+    return float(match.group(1)) if match else 0.0
 
 
 def start_sim_worker(tmp_path, **env):
@@ -56,9 +64,9 @@ def test_sigterm_finishes_admitted_work_and_refuses_new(tmp_path):
         pdf = b64(documents.labelled_pdf(3, lines_per_page=0))
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             admitted = pool.submit(requests.post, f"{url}/ocr", json={"file": pdf}, timeout=30)
-            time.sleep(0.3)
+            wait_until(lambda: inflight(url) >= 1, what="the request to be admitted")
             process.signal_group(signal.SIGTERM)
-            time.sleep(0.2)
+            wait_until(lambda: http_status(f"{url}/readyz") != 200, what="draining")
             try:
                 late = requests.post(f"{url}/ocr", json={"file": PNG}, timeout=5)
                 assert late.status_code == 503
@@ -72,6 +80,7 @@ def test_sigterm_finishes_admitted_work_and_refuses_new(tmp_path):
         process.stop()
 
 
+@pytest.mark.engine  # the paddleocr engine's load path (no models: it fails, as it should)
 def test_missing_models_keep_the_process_up_and_not_ready(tmp_path):
     port = free_port()
     process = worker_process(port, {"OCR_MODEL_DIR": str(tmp_path / "nothing")},

@@ -22,12 +22,15 @@ neither kubectl nor kustomize is on PATH.
 from __future__ import annotations
 
 import argparse
+import functools
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -163,8 +166,19 @@ def object_name(obj: dict) -> str:
 
 
 def validate_schema(obj: dict, versions: Iterable[str]) -> tuple[str, str]:
-    """(status, detail) of one object against each version's strict schema."""
+    """(status, detail) of one object against each version's strict schema. The overlays
+    share most objects, so each distinct one is checked once."""
+    return _validate_schema_once(json.dumps(obj, sort_keys=True), tuple(versions))
+
+
+@functools.lru_cache(maxsize=None)
+def _validate_schema_once(obj_json: str, versions: tuple[str, ...]) -> tuple[str, str]:
     from kubernetes_validate import utils as kv
+
+    if not isinstance(kv.schema_contents, functools._lru_cache_wrapper):
+        # kubernetes-validate re-reads and re-parses a schema file on every call
+        kv.schema_contents = functools.lru_cache(maxsize=None)(kv.schema_contents)
+    obj = json.loads(obj_json)
 
     api_version, kind = obj.get("apiVersion", ""), obj.get("kind", "")
     checked = []
@@ -323,17 +337,25 @@ def served_by_adapter(metric: str, rules: list[dict]) -> bool:
 
 
 # ---- the whole run -------------------------------------------------------------------------
+def _render_or_error(target: Target) -> list[dict] | RenderError:
+    try:
+        return render(target)
+    except RenderError as exc:
+        return exc
+
+
 def validate_all(versions: Iterable[str] = KUBERNETES_VERSIONS) -> Report:
     """Render every target and validate it; raises KustomizeNotFound when nothing can render."""
     versions = tuple(versions)
     kustomize_command()
     report = Report(versions)
-    for target in targets():
-        try:
-            objects = render(target)
-        except RenderError as exc:
+    all_targets = list(targets())
+    with ThreadPoolExecutor(4) as pool:  # each render is a kubectl process: mostly start-up
+        renders = list(pool.map(_render_or_error, all_targets))
+    for target, objects in zip(all_targets, renders):
+        if isinstance(objects, RenderError):
             report.findings.append(Finding(target.name, "kustomization", target.overlay,
-                                           ERROR, str(exc)))
+                                           ERROR, str(objects)))
             continue
         report.renders[target.name] = objects
         report.findings.extend(validate_objects(target.name, objects, versions))

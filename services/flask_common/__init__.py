@@ -23,6 +23,8 @@ from .prometheus import render_metrics
 
 log = logging.getLogger("http")
 
+MAX_FORM_PARTS = 100  # a PaddleX form has a file and a dozen fields
+
 
 def create_service_app(name: str, *, max_file_bytes: int,
                        readiness: Callable[[], tuple[bool, str, dict[str, Any]]],
@@ -39,6 +41,7 @@ def create_service_app(name: str, *, max_file_bytes: int,
     max_body = max_file_bytes * 4 // 3 + 1024 * 1024  # base64 and JSON/multipart overhead
     app.config["MAX_CONTENT_LENGTH"] = max_body
     app.config["MAX_FORM_MEMORY_SIZE"] = max_body
+    app.config["MAX_FORM_PARTS"] = MAX_FORM_PARTS
     install_error_handlers(app, max_body)
 
     @app.before_request
@@ -122,8 +125,11 @@ def install_error_handlers(app: Flask, max_body_bytes: int) -> None:
 
     @app.errorhandler(RequestEntityTooLarge)
     def _too_large(exc):
+        # werkzeug raises this for a body over MAX_CONTENT_LENGTH, a form field over
+        # MAX_FORM_MEMORY_SIZE and a form of more than MAX_FORM_PARTS parts alike
         return error_response(413, f"The request body is over this server's limit of "
-                                   f"{max_body_bytes} bytes")
+                                   f"{max_body_bytes} bytes, or has more than "
+                                   f"{app.config['MAX_FORM_PARTS']} multipart parts")
 
     @app.errorhandler(HTTPException)
     def _http_error(exc: HTTPException):

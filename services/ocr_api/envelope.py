@@ -16,7 +16,7 @@ def new_log_id() -> str:
 
 def usable_log_id(candidate: Any) -> str | None:
     """The caller's logId if it is a short printable token we can safely log and forward."""
-    if isinstance(candidate, str) and _LOG_ID_RE.match(candidate):
+    if isinstance(candidate, str) and len(candidate) <= 128 and _LOG_ID_RE.match(candidate):
         return candidate
     return None
 

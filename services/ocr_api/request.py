@@ -8,47 +8,60 @@ import base64
 import binascii
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from .envelope import new_log_id, usable_log_id
-from .errors import ApiError, bad_request, too_large, unprocessable
+from .errors import ApiError, bad_request, excerpt, too_large, unprocessable
+from .page_range import resolve_page_range, validate_page_range_syntax  # noqa: F401 (API)
 from .sniff import KIND_IMAGE, KIND_PDF, describe_kind, sniff_kind
 
 FILE_TYPE_PDF = 0
 FILE_TYPE_IMAGE = 1
 
-_DATA_URI_RE = re.compile(r"^data:[\w.+/-]*;base64,", re.IGNORECASE)
-_WHITESPACE = re.compile(r"\s+")
+MAX_DATA_URI_HEADER = 256  # "data:application/pdf;base64," and the like
+
+
+def _strip_data_uri(text: str) -> str:
+    """`text` without a leading `data:<media type>;base64,` (looked for in the first few
+    hundred characters only)."""
+    if text[:5].lower() != "data:":
+        return text
+    comma = text.find(",", 0, MAX_DATA_URI_HEADER)
+    if comma < 0 or not text[:comma].lower().endswith(";base64"):
+        return text
+    return text[comma + 1:]
 
 
 def _boolean(name: str, value: Any) -> bool:
     if isinstance(value, bool):
         return value
-    raise unprocessable(f"{name} must be true or false, got {json.dumps(value)}")
+    raise unprocessable(f"{name} must be true or false, got {excerpt(value)}")
 
 
 def _number_between(low: float, high: float, *, low_open: bool = False, integer: bool = False):
     def check(name: str, value: Any):
-        is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if integer and not (isinstance(value, int) and not isinstance(value, bool)):
-            raise unprocessable(f"{name} must be an integer, got {json.dumps(value)}")
-        if not is_number or not math.isfinite(value):
-            raise unprocessable(f"{name} must be a number, got {json.dumps(value)}")
+        is_int = isinstance(value, int) and not isinstance(value, bool)
+        if integer and not is_int:
+            raise unprocessable(f"{name} must be an integer, got {excerpt(value)}")
+        # ints are exact (a 4000-digit one is still a number, just out of range); floats
+        # must be finite (JSON's NaN and Infinity parse to floats)
+        if not (is_int or (isinstance(value, float) and math.isfinite(value))):
+            raise unprocessable(f"{name} must be a number, got {excerpt(value)}")
         too_low = value <= low if low_open else value < low
         if too_low or value > high:
             bracket = "(" if low_open else "["
-            raise unprocessable(f"{name} must be in {bracket}{low}, {high}], got {value}")
+            raise unprocessable(f"{name} must be in {bracket}{low}, {high}], "
+                                f"got {excerpt(value)}")
         return value
     return check
 
 
 def _one_of(*choices: str):
     def check(name: str, value: Any):
-        if value not in choices:
+        if not isinstance(value, str) or value not in choices:
             raise unprocessable(f"{name} must be one of {', '.join(map(json.dumps, choices))}, "
-                                f"got {json.dumps(value)}")
+                                f"got {excerpt(value)}")
         return value
     return check
 
@@ -96,39 +109,59 @@ class OcrRequest:
         return body
 
 
+# A PaddleX request is one object of a dozen scalar fields and one long string; every JSON value
+# after the first in a container follows a comma, and every container opens with a bracket, so
+# counting those bytes (at memchr speed, before parsing) bounds how many Python objects the body
+# can become: 200 MB of "[],[]..." would otherwise be gigabytes of lists.
+MAX_JSON_VALUES = 16384
+_STRUCTURAL = (b",", b"[", b"{")
+
+
 def parse_json_body(raw: bytes) -> dict[str, Any]:
     """The request body as a JSON object, or a 400/422 saying what is wrong with it."""
     if not raw:
         raise bad_request("The request body is empty: send a JSON object with a base64 'file' "
                           "field, or multipart/form-data with a 'file' part")
+    if sum(raw.count(mark) for mark in _STRUCTURAL) > MAX_JSON_VALUES:
+        raise bad_request(f"The request body holds more than {MAX_JSON_VALUES} JSON values: "
+                          "send one object with a base64 'file' field and scalar parameters")
     try:
         body = json.loads(raw)
+    except RecursionError:
+        raise bad_request("The request body's JSON is nested too deeply: send one object "
+                          "with a base64 'file' field and scalar parameters") from None
     except (ValueError, UnicodeDecodeError) as exc:
-        raise bad_request(f"The request body is not valid JSON ({exc}); send a JSON object "
-                          "with a base64 'file' field") from None
+        raise bad_request(f"The request body is not valid JSON ({excerpt(str(exc), 120)}); "
+                          "send a JSON object with a base64 'file' field") from None
     if not isinstance(body, dict):
-        raise unprocessable(f"The request body must be a JSON object, got {type(body).__name__}")
+        raise unprocessable(f"The request body must be a JSON object, got {excerpt(body)}")
     return body
 
 
+# Form fields read as JSON (numbers, booleans, null); every other field stays the string the
+# caller sent. A typed value is a few characters, so longer text is kept as a string (and
+# then fails its field's type check) rather than parsed.
+TYPED_FORM_FIELDS = frozenset({*PIPELINE_PARAMS, "fileType", "visualize",
+                               "returnPartialResults"}) - {"textDetLimitType"}
+MAX_TYPED_FORM_CHARS = 64
+
+
 def form_fields_to_json(form: Mapping[str, str]) -> dict[str, Any]:
-    """multipart/form-data values are strings; read each as JSON where it parses
+    """multipart/form-data values are strings; read each typed field as JSON where it parses
     ("0" -> 0, "true" -> true, "0.3" -> 0.3) so both transports share one validator."""
     fields: dict[str, Any] = {}
     for name, text in form.items():
-        if name in ("logId", "pageRange", "textDetLimitType"):
-            fields[name] = text
-            continue
-        try:
-            fields[name] = json.loads(text)
-        except ValueError:
-            fields[name] = text
+        fields[name] = text
+        if name in TYPED_FORM_FIELDS and len(text) <= MAX_TYPED_FORM_CHARS:
+            try:
+                fields[name] = json.loads(text)
+            except ValueError:
+                pass
     return fields
 
 
 def decode_base64_file(text: str, max_bytes: int) -> bytes:
-    text = _DATA_URI_RE.sub("", text, count=1)
-    text = _WHITESPACE.sub("", text)
+    text = "".join(_strip_data_uri(text).split())  # no regular expression on caller input
     if not text:
         raise unprocessable("'file' is empty: send the file's bytes base64-encoded")
     if len(text) // 4 * 3 > max_bytes + 3:
@@ -217,7 +250,7 @@ def _file_bytes_from_field(fields, max_bytes, fetch_url) -> bytes:
 def _resolve_kind(file_type: Any, data: bytes) -> str:
     if file_type is not None and (isinstance(file_type, bool) or file_type not in (0, 1)):
         raise unprocessable(f"fileType must be 0 (PDF), 1 (image) or null (detect), "
-                            f"got {json.dumps(file_type)}")
+                            f"got {excerpt(file_type)}")
     sniffed = sniff_kind(data)
     if sniffed is None:
         raise unprocessable("The file is neither a PDF nor a supported image (PNG, JPEG, BMP, "
@@ -230,45 +263,3 @@ def _resolve_kind(file_type: Any, data: bytes) -> str:
                                 f"{FILE_TYPE_PDF if sniffed == KIND_PDF else FILE_TYPE_IMAGE} "
                                 "or null")
     return sniffed
-
-
-_RANGE_PART = re.compile(r"^\s*(\d+)?\s*(-\s*(\d+)?)?\s*$")
-
-
-def validate_page_range_syntax(spec: str) -> None:
-    _parse_page_range(spec)
-
-
-def _parse_page_range(spec: str) -> list[tuple[int, int | None]]:
-    parts = [p for p in spec.split(",")]
-    spans: list[tuple[int, int | None]] = []
-    for part in parts:
-        match = _RANGE_PART.match(part)
-        if not part.strip() or not match or (match.group(1) is None and match.group(2) is None):
-            raise unprocessable(f"pageRange {spec!r} is not a list of 1-based pages or ranges "
-                                "such as \"1-3,7,10-\"")
-        first = int(match.group(1)) if match.group(1) else 1
-        if match.group(2):
-            last = int(match.group(3)) if match.group(3) else None
-        else:
-            last = first
-        if first < 1 or (last is not None and last < first):
-            raise unprocessable(f"pageRange {spec!r}: pages are numbered from 1 and a range "
-                                "must not run backwards")
-        spans.append((first, last))
-    return spans
-
-
-def resolve_page_range(spec: str | None, num_pages: int) -> list[int]:
-    """0-based page indices selected by `spec` (all pages when None), in ascending order
-    without duplicates; 422 when a page lies beyond the document."""
-    if spec is None:
-        return list(range(num_pages))
-    selected: set[int] = set()
-    for first, last in _parse_page_range(spec):
-        last = num_pages if last is None else last
-        if first > num_pages or last > num_pages:
-            raise unprocessable(f"pageRange {spec!r} asks for page {max(first, last)} but the "
-                                f"document has {num_pages} page(s)")
-        selected.update(range(first - 1, last))
-    return sorted(selected)

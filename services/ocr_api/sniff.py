@@ -8,6 +8,8 @@ KIND_IMAGE = "image"
 _TIFF_MAGIC = (
     b"II*\x00",  # TIFF, little-endian
     b"MM\x00*",  # TIFF, big-endian
+    b"II+\x00",  # BigTIFF, little-endian
+    b"MM\x00+",  # BigTIFF, big-endian
 )
 _IMAGE_MAGIC = (
     b"\x89PNG\r\n\x1a\n",  # PNG

@@ -17,6 +17,12 @@ BACKENDS = ("onnxruntime", "paddle")
 MODEL_SIZES = ("tiny", "small")
 
 
+ENV_PREFIX = "OCR_"
+# Variables with the worker's prefix that WorkerConfig does not read but are legitimately set:
+# read by WorkerServerSettings (gunicorn's side) below. Any other OCR_* variable is a typo.
+OTHER_OCR_VARIABLES = frozenset({"OCR_GRACEFUL_TIMEOUT_S"})
+
+
 @dataclass(frozen=True)
 class WorkerConfig:
     engine: str = "paddleocr"
@@ -112,6 +118,7 @@ class WorkerConfig:
             log_level=env.choice("OCR_LOG_LEVEL", defaults.log_level,
                                  ("DEBUG", "INFO", "WARNING", "ERROR")),
         )
+        env.check_prefix(ENV_PREFIX, OTHER_OCR_VARIABLES)
         if config.device != "cpu" and not config.device.startswith("gpu"):
             raise ConfigError(f"OCR_DEVICE={config.device!r}: expected cpu or gpu:N")
         return config

@@ -2,13 +2,14 @@
 header check (size, pixel budget, integrity), PDFs opened with pypdfium2 and rendered one page
 at a time at the configured DPI. Every failure is an ApiError with a message a caller can act on.
 
-pdfium is not thread-safe, so every pdfium call holds PDFIUM_LOCK."""
+pdfium is not thread-safe, so every pdfium call holds the process's one PDFIUM_LOCK
+(services.documents.pdf); opening, counting and page limits are shared with the gateway
+there."""
 
 from __future__ import annotations
 
 import io
 import math
-import threading
 import warnings
 from dataclasses import dataclass
 from typing import Iterator
@@ -18,13 +19,14 @@ import numpy as np
 import pypdfium2 as pdfium
 from PIL import Image
 
-from services.ocr_api.errors import ApiError, too_large, unprocessable
+from services.documents.pages import select_pages
+from services.documents.pdf import PDFIUM_LOCK, open_pdf
+from services.documents.tiff import count_tiff_frames
+from services.ocr_api.errors import ApiError, excerpt, unprocessable
 from services.ocr_api.request import OcrRequest, resolve_page_range
 from services.ocr_api.sniff import KIND_PDF, is_tiff
 
 KIND_TIFF = "tiff"
-
-PDFIUM_LOCK = threading.Lock()
 
 # We check pixel counts ourselves, against the configured limit; PIL's warnings about corrupt
 # files become our 422s instead (a process-wide filter: catch_warnings is not thread-safe).
@@ -111,7 +113,8 @@ class PdfDocument(Document):
                 finally:
                     bitmap.close()
             except pdfium.PdfiumError as exc:
-                raise unprocessable(f"Page {index + 1} of the PDF cannot be rendered ({exc}): "
+                raise unprocessable(f"Page {index + 1} of the PDF cannot be rendered "
+                                    f"({excerpt(str(exc), 80)}): "
                                     "the file is damaged") from None
             finally:
                 if page is not None:
@@ -166,7 +169,8 @@ class TiffDocument(Document):
                     raise
                 except Exception as exc:  # PIL raises many types on corrupt data
                     raise unprocessable(f"Page {index + 1} of the TIFF cannot be decoded "
-                                        f"({exc}): the file is truncated or corrupt") from None
+                                        f"({excerpt(str(exc), 80)}): the file is truncated "
+                                        "or corrupt") from None
                 yield page
                 del page  # not kept by the generator while the next frame decodes
 
@@ -174,28 +178,25 @@ class TiffDocument(Document):
 def open_document(request: OcrRequest, limits: DecodeLimits) -> Document:
     if request.kind == KIND_PDF:
         return _open_pdf(request, limits)
-    frames, first_frame_pixels = _tiff_frames(request.file_bytes)
+    frames = (count_tiff_frames(request.file_bytes, limits.max_pages)
+              if is_tiff(request.file_bytes) else 1)
     if frames > 1:
-        indices = resolve_page_range(request.page_range, frames)
-        if len(indices) > limits.max_pages:
-            raise too_large(f"The request selects {len(indices)} TIFF pages, over this "
-                            f"server's limit of {limits.max_pages}")
-        return TiffDocument(request.file_bytes, frames, indices, limits, first_frame_pixels)
+        indices = select_pages(request.page_range, frames, limits.max_pages, what="TIFF")
+        return TiffDocument(request.file_bytes, frames, indices, limits,
+                            _first_frame_pixels(request.file_bytes))
     resolve_page_range(request.page_range, 1)
     width, height = image_size(request.file_bytes, limits.max_pixels)
     return ImageDocument(request.file_bytes, width, height, limits.max_pixels)
 
 
-def _tiff_frames(data: bytes) -> tuple[int, int]:
-    """(frames, pixels of the first frame) of a TIFF; (1, 0) for any other file."""
-    if not is_tiff(data):
-        return 1, 0
+def _first_frame_pixels(data: bytes) -> int:
+    """Pixels of a TIFF's first frame (its header only: no frame is decoded)."""
     try:
         with Image.open(io.BytesIO(data)) as tiff:
-            return getattr(tiff, "n_frames", 1), tiff.size[0] * tiff.size[1]
+            return tiff.size[0] * tiff.size[1]
     except Exception as exc:  # PIL raises many types on corrupt data
-        raise unprocessable(f"The TIFF cannot be decoded ({exc}): the file is truncated or "
-                            "corrupt") from None
+        raise unprocessable(f"The TIFF cannot be decoded ({excerpt(str(exc), 80)}): the file "
+                            "is truncated or corrupt") from None
 
 
 def _check_pixels(width: int, height: int, max_pixels: int, what: str = "The image") -> None:
@@ -228,7 +229,8 @@ def decode_image(data: bytes, max_pixels: int) -> np.ndarray:
     except ApiError:
         raise
     except Exception as exc:  # PIL raises many types on corrupt data
-        raise unprocessable(f"The image cannot be decoded ({exc}): the file is truncated or "
+        raise unprocessable(f"The image cannot be decoded ({excerpt(str(exc), 80)}): the file "
+                            "is truncated or "
                             "corrupt") from None
     image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
     if image is None:
@@ -239,29 +241,10 @@ def decode_image(data: bytes, max_pixels: int) -> np.ndarray:
 
 def _open_pdf(request: OcrRequest, limits: DecodeLimits) -> PdfDocument:
     with PDFIUM_LOCK:
-        try:
-            pdf = pdfium.PdfDocument(request.file_bytes)
-        except pdfium.PdfiumError as exc:
-            text = str(exc)
-            if "password" in text.lower():
-                raise unprocessable("The PDF is encrypted with a password: send an unencrypted "
-                                    "copy") from None
-            raise unprocessable(f"The file is not a readable PDF ({text}): it is truncated or "
-                                "damaged") from None
-        try:
-            total = len(pdf)
-            pdf.init_forms()
-        except Exception:
-            pdf.close()
-            raise
+        pdf = open_pdf(request.file_bytes, init_forms=True)
+        total = len(pdf)
     try:
-        if total == 0:
-            raise unprocessable("The PDF has no pages")
-        indices = resolve_page_range(request.page_range, total)
-        if len(indices) > limits.max_pages:
-            raise too_large(
-                f"The request selects {len(indices)} PDF pages, over this server's limit of "
-                f"{limits.max_pages}: send fewer pages (pageRange) or split the document")
+        indices = select_pages(request.page_range, total, limits.max_pages)
     except Exception:
         with PDFIUM_LOCK:
             pdf.close()
