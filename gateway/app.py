@@ -9,16 +9,14 @@ import time
 
 from flask import Flask, Response, g, request, stream_with_context
 
-from services.flask_common import (create_service_app, json_response, outcome_of,
-                                   read_ocr_fields)
+from services.flask_common import create_service_app, outcome_of, read_ocr_fields
 from services.ocr_api.logs import current_log_id
 
-from . import metrics
+from . import metrics, outputs
 from .config import GatewayConfig
 from .service import GatewayService
 
 log = logging.getLogger("gateway.http")
-NDJSON = "application/x-ndjson"
 
 
 def create_app(config: GatewayConfig | None = None, resolver=None, start: bool = True) -> Flask:
@@ -37,11 +35,13 @@ def create_app(config: GatewayConfig | None = None, resolver=None, start: bool =
 
     @app.post("/ocr")
     def ocr():
+        output = outputs.negotiate(request.headers.get("Accept"))
         fields, file_bytes = read_ocr_fields()
+        outputs.prepare_fields(output, fields)
         plan = service.plan(fields, file_bytes)
         current_log_id.set(plan.request.log_id)
-        if NDJSON not in request.headers.get("Accept", ""):
-            return json_response(service.collect(plan))
+        if output != outputs.NDJSON:
+            return outputs.respond(output, service, plan, config)
         started = g.started
 
         def lines():
@@ -50,7 +50,7 @@ def create_app(config: GatewayConfig | None = None, resolver=None, start: bool =
             finally:
                 _record(200, time.monotonic() - started)
 
-        return Response(stream_with_context(lines()), mimetype=NDJSON)
+        return Response(stream_with_context(lines()), mimetype=outputs.NDJSON)
 
     if start:
         service.start()

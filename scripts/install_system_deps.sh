@@ -3,6 +3,7 @@
 #   nginx            the load balancer of `make run` and the nginx tests
 #   fonts-wqy-zenhei a CJK font: Chinese test documents and the worker's visualization
 #   fonts-dejavu-core the Latin test documents
+#   poppler-utils    pdftotext/pdftoppm: the searchable-PDF tests check the gateway's PDFs with them
 # Without apt (or root/sudo) it says what is missing and carries on: `make run` then runs
 # without nginx, and the tests that need a missing package fail or skip with that reason.
 set -u
@@ -10,6 +11,7 @@ need=()
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx)
 [ -f /usr/share/fonts/truetype/wqy/wqy-zenhei.ttc ] || need+=(fonts-wqy-zenhei)
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
+command -v pdftotext >/dev/null 2>&1 && command -v pdftoppm >/dev/null 2>&1 || need+=(poppler-utils)
 [ ${#need[@]} -eq 0 ] && exit 0
 
 sudo_cmd=""
