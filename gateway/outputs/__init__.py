@@ -60,10 +60,11 @@ def prepare_fields(fmt: str, fields: MutableMapping[str, Any]) -> None:
 def respond(fmt: str, service, plan, config) -> Response:
     """The whole document in `fmt` (anything but NDJSON) from one OCR pass."""
     answer = service.collect(plan)
+    # pages OCR'd, for clients' progress
+    headers = {"X-Ocr-Pages": str(len(answer["result"]["ocrResults"]))}
     if fmt == JSON:
-        return json_response(answer)
+        return json_response(answer, headers=headers)
     pages = layout.document_pages(answer["result"])
-    headers = {"X-Ocr-Pages": str(len(pages))}
     if fmt == TEXT:
         return Response(text.document_text(pages), mimetype="text/plain",
                         content_type="text/plain; charset=utf-8", headers=headers)
