@@ -6,8 +6,10 @@
    pages (loadtest/bench_engine.py) -> engine.json
 3. worker RSS over a 2,000-request soak (loadtest/bench_soak.py) -> soak.json
 4. batching on/off (loadtest/bench_batching.py) -> batching.json
-The summary goes to summary.json. About 6 minutes on 2 cores; BENCH_QUICK=1 shortens every
-part (about 2.5 minutes), BENCH_SKIP=batching,soak,engine,scaling leaves parts out. Each part's
+5. the ocrfleet batch client, 200 pages through 2 real workers vs their capacity
+   (loadtest/bench_batch.py) -> batch_client.json
+The summary goes to summary.json. About 10 minutes on 2 cores; BENCH_QUICK=1 shortens every
+part (about 4 minutes), BENCH_SKIP=batching,soak,engine,scaling,batch-client leaves parts out. Each part's
 own knobs are in its module docstring.
 
 Exit status 0 when every part ran and every answer was right; goals missed show as FAIL in the
@@ -21,7 +23,8 @@ import time
 import traceback
 from typing import Any, Callable
 
-from loadtest import bench_batching, bench_engine, bench_scaling, bench_soak, figures, report
+from loadtest import (bench_batch, bench_batching, bench_engine, bench_scaling, bench_soak,
+                      figures, report)
 
 
 def quick() -> bool:
@@ -74,8 +77,17 @@ def run_batching() -> tuple[dict[str, Any], list[list[Any]]]:
     return result, bench_batching.rows(result)
 
 
+def run_batch_client() -> tuple[dict[str, Any], list[list[Any]]]:
+    pages, doc_pages, concurrency = bench_batch.settings()
+    result = bench_batch.run(pages, doc_pages, concurrency,
+                             report.results_dir() / "logs" / "batch-client")
+    report.write_json("batch_client.json", result)
+    return result, bench_batch.rows(result)
+
+
 PARTS: dict[str, Callable[[], tuple[dict[str, Any], list[list[Any]]]]] = {
-    "scaling": run_scaling, "engine": run_engine, "soak": run_soak, "batching": run_batching}
+    "scaling": run_scaling, "engine": run_engine, "soak": run_soak, "batching": run_batching,
+    "batch-client": run_batch_client}
 
 
 def wrong_answers(name: str, result: dict[str, Any]) -> int:
@@ -123,7 +135,7 @@ def main() -> int:
           f"{summary['seconds']:.0f} s{', BENCH_QUICK' if quick() else ''})")
     print(report.table(["benchmark", "measured", "goal", "verdict"], rows))
     print(f"results: {path.parent}/ (summary.json, scaling.json, scaling.png, engine.json, "
-          "soak.json, batching.json, logs/)")
+          "soak.json, batching.json, batch_client.json, logs/)")
     return 1 if broken else 0
 
 

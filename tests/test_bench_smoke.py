@@ -95,3 +95,15 @@ def test_bench_all_reports_a_broken_part_and_keeps_going(results, monkeypatch, c
     monkeypatch.setattr(bench_all, "PARTS", {"wrong": wrong})
     assert bench_all.main() == 1
     assert "wrong answers or errors" in capsys.readouterr().out
+
+
+def test_batch_client_benchmark_smoke(results, tmp_path):
+    from loadtest import bench_batch
+
+    result = bench_batch.run(6, 3, 2, tmp_path / "logs", env=local_fleet.sim_worker_env(20),
+                             per_worker=3)
+    assert result["batch"]["done"] == 2 and result["batch"]["pages"] == 6
+    assert result["failures"] == 0 and result["wrong_outputs"] == 0
+    assert result["capacity_pages_per_s"] > 0 and result["ratio"] > 0
+    assert "ocrfleet batch: 6 pages" in bench_batch.rows(result)[0][0]
+    json.dumps(result)
