@@ -18,7 +18,6 @@ from services.flask_common import json_response
 from services.ocr_api.errors import ApiError
 
 from . import layout, text
-from .pdf import searchable_pdf
 
 JSON = "application/json"
 NDJSON = "application/x-ndjson"
@@ -68,6 +67,8 @@ def respond(fmt: str, service, plan, config) -> Response:
     if fmt == TEXT:
         return Response(text.document_text(pages), mimetype="text/plain",
                         content_type="text/plain; charset=utf-8", headers=headers)
+    from .pdf import searchable_pdf  # pikepdf, fpdf2 and Pillow: only when a PDF is asked for
+
     pdf = searchable_pdf(plan.request.file_bytes, plan.kind, pages, config.pdf_fonts)
     if fmt == PDF:
         return Response(pdf, mimetype=PDF, headers=headers)
