@@ -165,3 +165,18 @@ def test_batch_writes_each_output_once_skips_done_files_and_reports_failures(ser
     assert len(server.requests) == sent + 1
     assert json.loads((target / "ocrfleet-report.json").read_text())[
         "skipped_already_done"] == 2
+
+
+def test_ocr_command_writes_one_answer_or_exits_1_with_the_reason(server, document, tmp_path,
+                                                                   capsys):
+    out = tmp_path / "scan.pdf"
+    assert cli.main(["ocr", str(document), "--format", "pdf", "-o", str(out),
+                     "--url", server.url]) == 0
+    assert out.read_bytes() == b"application/pdf"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    server.script = [envelope(413, "The file is too big")]
+    assert cli.main(["ocr", str(document), "--url", server.url]) == 1
+    assert "The file is too big" in capsys.readouterr().err
+    assert cli.main(["ocr", str(tmp_path / "missing.png"), "--url", server.url]) == 2
+    with pytest.raises(SystemExit):
+        cli.main(["ocr", str(document), "--format", "txt,pdf"])
