@@ -11,18 +11,16 @@ from typing import Callable
 
 from flask import Flask, Response, g, request, stream_with_context
 
-from services.flask_common import (create_service_app, json_response, outcome_of,
-                                   read_ocr_fields)
+from services.flask_common import create_service_app, outcome_of, read_ocr_fields
 from services.ocr_api.logs import current_log_id
 
-from . import metrics, web
+from . import metrics, outputs, web
 from .auth import access_policy
 from .config import GatewayConfig
 from .jobs import install_jobs
 from .service import GatewayService
 
 log = logging.getLogger("gateway.http")
-NDJSON = "application/x-ndjson"
 
 
 def create_app(config: GatewayConfig | None = None, resolver=None, start: bool = True) -> Flask:
@@ -40,13 +38,16 @@ def create_app(config: GatewayConfig | None = None, resolver=None, start: bool =
 
     @app.post("/ocr")
     def ocr():
+        output = outputs.negotiate(request.headers.get("Accept"))
         service.check_room()
         fields, file_bytes = read_ocr_fields()
+        outputs.prepare_fields(output, fields)
         plan = service.plan(fields, file_bytes)
         current_log_id.set(plan.request.log_id)
         document = service.open(plan)
-        if NDJSON not in request.headers.get("Accept", ""):
-            return json_response(service.collect(plan, document, client_gone=client_gone()))
+        if output != outputs.NDJSON:
+            answer = service.collect(plan, document, client_gone=client_gone())
+            return outputs.respond(output, answer, plan, config)
         started = g.started
 
         def lines():
@@ -55,7 +56,7 @@ def create_app(config: GatewayConfig | None = None, resolver=None, start: bool =
             finally:
                 _record(200, time.monotonic() - started)
 
-        response = Response(stream_with_context(lines()), mimetype=NDJSON)
+        response = Response(stream_with_context(lines()), mimetype=outputs.NDJSON)
         if plan.kind in ("pdf", "tiff"):
             response.headers["X-Num-Pages"] = str(plan.num_pages)  # totals before page 1
         return response

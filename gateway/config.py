@@ -8,6 +8,10 @@ from typing import Mapping
 
 from services.ocr_api.settings import ConfigError, Env
 
+# Searchable-PDF text layer fonts, tried in order (see gateway/outputs/fonts.py)
+DEFAULT_PDF_FONTS = ("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+                     "/usr/share/fonts/truetype/wqy/wqy-zenhei.ttc")
+
 
 ENV_PREFIX = "GATEWAY_"
 # Variables with the gateway's prefix that GatewayConfig does not read but are legitimately
@@ -45,6 +49,7 @@ class GatewayConfig:
     allow_url_input: bool = False
     url_timeout_s: float = 20.0
     log_level: str = "INFO"
+    pdf_fonts: tuple[str, ...] = DEFAULT_PDF_FONTS
     jobs: "JobsConfig" = field(default_factory=lambda: JobsConfig())
 
     # Access (see services/flask_common/access.py); secrets never in repr (logs).
@@ -83,6 +88,7 @@ class GatewayConfig:
             url_timeout_s=env.float("GATEWAY_URL_TIMEOUT_S", d.url_timeout_s, 1),
             log_level=env.choice("GATEWAY_LOG_LEVEL", d.log_level,
                                  ("DEBUG", "INFO", "WARNING", "ERROR")),
+            pdf_fonts=tuple(env.list("GATEWAY_PDF_FONTS")) or d.pdf_fonts,
             api_keys=env.secrets("GATEWAY_API_KEYS", "GATEWAY_API_KEYS_FILE"),
             worker_token=_first(env.secrets("GATEWAY_WORKER_TOKEN",
                                             "GATEWAY_WORKER_TOKEN_FILE")),

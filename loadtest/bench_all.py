@@ -10,9 +10,11 @@
 4. worker memory on large varied pages: steady and peak RSS per page count
    (loadtest/bench_memory.py) -> memory.json
 5. batching on/off (loadtest/bench_batching.py) -> batching.json
-The summary goes to summary.json. About 22 minutes on 2 cores; BENCH_QUICK=1 shortens every
-part (about 9 minutes), BENCH_SKIP=batching,memory,soak,engine,overload,scaling leaves parts
-out. Each part's
+6. the ocrfleet batch client, 200 pages through 2 real workers vs their capacity
+   (loadtest/bench_batch.py) -> batch_client.json
+The summary goes to summary.json. About 30 minutes on 2 cores; BENCH_QUICK=1 shortens every
+part (about 12 minutes), BENCH_SKIP=batching,memory,soak,engine,overload,scaling,batch-client
+leaves parts out. Each part's
 own knobs are in its module docstring.
 
 Exit status 0 when every part ran and every answer was right; goals missed show as FAIL in the
@@ -26,8 +28,8 @@ import time
 import traceback
 from typing import Any, Callable
 
-from loadtest import (bench_batching, bench_engine, bench_memory, bench_overload, bench_scaling,
-                      bench_soak, figures, report)
+from loadtest import (bench_batch, bench_batching, bench_engine, bench_memory, bench_overload,
+                      bench_scaling, bench_soak, figures, report)
 
 
 def quick() -> bool:
@@ -94,10 +96,17 @@ def run_overload() -> tuple[dict[str, Any], list[list[Any]]]:
     return result, bench_overload.goals(result)
 
 
+def run_batch_client() -> tuple[dict[str, Any], list[list[Any]]]:
+    pages, doc_pages, concurrency = bench_batch.settings()
+    result = bench_batch.run(pages, doc_pages, concurrency,
+                             report.results_dir() / "logs" / "batch-client")
+    report.write_json("batch_client.json", result)
+    return result, bench_batch.rows(result)
+
+
 PARTS: dict[str, Callable[[], tuple[dict[str, Any], list[list[Any]]]]] = {
     "scaling": run_scaling, "overload": run_overload, "engine": run_engine, "soak": run_soak,
-    "memory": run_memory,
-    "batching": run_batching}
+    "memory": run_memory, "batching": run_batching, "batch-client": run_batch_client}
 
 
 def wrong_answers(name: str, result: dict[str, Any]) -> int:
@@ -147,7 +156,7 @@ def main() -> int:
           f"{summary['seconds']:.0f} s{', BENCH_QUICK' if quick() else ''})")
     print(report.table(["benchmark", "measured", "goal", "verdict"], rows))
     print(f"results: {path.parent}/ (summary.json, scaling.json, scaling.png, engine.json, "
-          "overload.json, soak.json, memory.json, batching.json, logs/)")
+          "overload.json, soak.json, memory.json, batching.json, batch_client.json, logs/)")
     return 1 if broken else 0
 
 

@@ -6,6 +6,7 @@
 #   chromium         the web page's browser test and `make screenshots` (headless, driven by
 #                    Playwright's Python package with executable_path=/usr/bin/chromium)
 #   redis-server     the job store of a fleet (`make run REDIS=1`, the job tests)
+#   poppler-utils    pdftotext/pdftoppm: the searchable-PDF tests check the gateway's PDFs with them
 # Without apt (or root/sudo) it says what is missing and carries on: `make run` then runs
 # without nginx, and the tests that need a missing package fail or skip with that reason.
 set -u
@@ -15,6 +16,7 @@ command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx)
 [ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
 [ -x /usr/bin/chromium ] || need+=(chromium)
 command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || need+=(redis-server)
+command -v pdftotext >/dev/null 2>&1 && command -v pdftoppm >/dev/null 2>&1 || need+=(poppler-utils)
 [ ${#need[@]} -eq 0 ] && exit 0
 
 sudo_cmd=""

@@ -144,3 +144,15 @@ def test_generated_scans_have_the_promised_sizes():
     assert photo.size == (1000, 1400)
     names = [name for name, _ in scans.scan_set(2, kinds=("table", "receipt"))]
     assert names[0].startswith("table:") and names[1].startswith("receipt:")
+
+
+def test_batch_client_benchmark_smoke(results, tmp_path):
+    from loadtest import bench_batch
+
+    result = bench_batch.run(6, 3, 2, tmp_path / "logs", env=local_fleet.sim_worker_env(20),
+                             per_worker=3)
+    assert result["batch"]["done"] == 2 and result["batch"]["pages"] == 6
+    assert result["failures"] == 0 and result["wrong_outputs"] == 0
+    assert result["capacity_pages_per_s"] > 0 and result["ratio"] > 0
+    assert "ocrfleet batch: 6 pages" in bench_batch.rows(result)[0][0]
+    json.dumps(result)

@@ -1,0 +1,149 @@
+"""The searchable PDF: the input's own pages with an invisible text layer added. Pure: the
+input bytes, its kind and its OCR'd pages in, PDF bytes out.
+
+A PDF input keeps every page object, content stream and resource as it was (no
+re-rasterising; streams are written back undecoded and not recompressed); each OCR'd page
+gets the layer as a Form XObject, drawn by a content stream added after the page's own
+(which is wrapped in q/Q so whatever state it leaves cannot move the layer). An image input
+first becomes a PDF with one page per image (image_pdf.py).
+
+The worker OCR'd a page as pdfium renders it: the CropBox (clipped to the MediaBox), turned
+by /Rotate, at some pixels per point. The layer is drawn in those pixels, so placing it means
+scaling pixels to the visible box's points and undoing the rotation (placement_matrix)."""
+
+from __future__ import annotations
+
+import io
+
+import pikepdf
+from pikepdf import Name
+
+from services.ocr_api.errors import unprocessable
+from services.ocr_api.sniff import KIND_PDF
+
+from .fonts import pick_font
+from .image_pdf import image_pdf
+from .layout import PageText
+from .overlay import text_layer_pdf
+
+Box = tuple[float, float, float, float]
+
+
+def _inherited(page: pikepdf.Dictionary, key: str):
+    """A page attribute that may be set on the page or on an ancestor /Pages node."""
+    node, depth = page, 0
+    while isinstance(node, pikepdf.Dictionary) and depth < 64:
+        if key in node:
+            return node[key]
+        node, depth = node.get("/Parent"), depth + 1
+    return None
+
+
+def _box(value) -> Box | None:
+    try:
+        x0, y0, x1, y1 = (float(v) for v in value)
+    except (TypeError, ValueError):
+        return None
+    box = (min(x0, x1), min(y0, y1), max(x0, x1), max(y0, y1))
+    return box if box[2] > box[0] and box[3] > box[1] else None
+
+
+def visible_box(page: pikepdf.Dictionary) -> Box:
+    """What pdfium renders: the CropBox clipped to the MediaBox (Letter when neither is
+    usable)."""
+    media = _box(_inherited(page, "/MediaBox")) or (0.0, 0.0, 612.0, 792.0)
+    crop = _box(_inherited(page, "/CropBox"))
+    if crop is None:
+        return media
+    clipped = (max(crop[0], media[0]), max(crop[1], media[1]),
+               min(crop[2], media[2]), min(crop[3], media[3]))
+    return clipped if clipped[2] > clipped[0] and clipped[3] > clipped[1] else media
+
+
+def rotation(page: pikepdf.Dictionary) -> int:
+    """/Rotate as pdfium reads it: quarter turns, truncated, clockwise, 0/90/180/270."""
+    try:
+        value = float(_inherited(page, "/Rotate") or 0)
+    except (TypeError, ValueError):
+        return 0
+    return (int(value / 90) % 4) * 90
+
+
+def placement_matrix(box: Box, rotate: int, width_px: float, height_px: float
+                     ) -> tuple[float, ...]:
+    """The `cm` matrix from layer space (pixels of the page as displayed, y up from its
+    bottom-left corner) to the page's user space."""
+    x0, y0, x1, y1 = box
+    w, h = x1 - x0, y1 - y0
+    shown_w, shown_h = (h, w) if rotate in (90, 270) else (w, h)
+    sx, sy = shown_w / width_px, shown_h / height_px
+    a, b, c, d, e, f = {
+        0: (1, 0, 0, 1, x0, y0),
+        90: (0, 1, -1, 0, x0 + w, y0),
+        180: (-1, 0, 0, -1, x0 + w, y0 + h),
+        270: (0, -1, 1, 0, x0, y0 + h),
+    }[rotate]
+    return (sx * a, sx * b, sy * c, sy * d, e, f)
+
+
+def _own_resources(page: pikepdf.Page) -> None:
+    """Give the page its own /Resources and /XObject dictionaries (shallow copies; pages
+    often share one), so the layer added to one page is not listed on all of them."""
+    resources = _inherited(page.obj, "/Resources")
+    copy = pikepdf.Dictionary({k: v for k, v in resources.items()}) \
+        if isinstance(resources, pikepdf.Dictionary) else pikepdf.Dictionary()
+    xobjects = copy.get("/XObject")
+    copy["/XObject"] = pikepdf.Dictionary({k: v for k, v in xobjects.items()}) \
+        if isinstance(xobjects, pikepdf.Dictionary) else pikepdf.Dictionary()
+    page.obj["/Resources"] = copy
+
+
+def add_layer(page: pikepdf.Page, form: pikepdf.Object, width_px: float,
+              height_px: float) -> None:
+    """Draw the layer page `form` (a Form XObject in pixel units) over `page`, leaving the
+    page's own content streams untouched."""
+    matrix = placement_matrix(visible_box(page.obj), rotation(page.obj), width_px, height_px)
+    _own_resources(page)
+    name = page.add_resource(form, Name.XObject, prefix="OcrText")
+    numbers = " ".join(f"{value:.6f}".rstrip("0").rstrip(".") for value in matrix)
+    page.contents_add(b"q\n", prepend=True)
+    page.contents_add(f"Q\nq {numbers} cm {name} Do Q\n".encode())
+
+
+def _open(file_bytes: bytes, kind: str) -> pikepdf.Pdf:
+    data = file_bytes if kind == KIND_PDF else image_pdf(file_bytes)
+    try:
+        return pikepdf.open(io.BytesIO(data))
+    except pikepdf.PasswordError:
+        raise unprocessable("The PDF is encrypted with a password: send an unencrypted "
+                            "copy") from None
+    except pikepdf.PdfError as exc:
+        raise unprocessable(f"The PDF cannot be rewritten ({exc})") from None
+
+
+def _save(document: pikepdf.Pdf) -> bytes:
+    out = io.BytesIO()
+    # written back as read: streams neither decoded nor (re)compressed
+    document.save(out, compress_streams=False,
+                  stream_decode_level=pikepdf.StreamDecodeLevel.none)
+    return out.getvalue()
+
+
+def searchable_pdf(file_bytes: bytes, kind: str, pages: list[PageText],
+                   fonts: tuple[str, ...]) -> bytes:
+    """The input with each OCR'd page's lines as an invisible, extractable text layer."""
+    text = "".join(line.text for page in pages for line in page.lines)
+    with _open(file_bytes, kind) as document:
+        if not text:
+            return _save(document)
+        layer_bytes, placed = text_layer_pdf(pages, pick_font(fonts, text))
+        # the layer stays open until saved: copied streams are read from it then
+        with pikepdf.open(io.BytesIO(layer_bytes)) as layer:
+            for layer_page, position in zip(layer.pages, placed):
+                page = pages[position]
+                if page.page_index >= len(document.pages):
+                    raise unprocessable(f"Page {page.page_index + 1} was OCR'd but the "
+                                        "document has no such page")
+                form = document.copy_foreign(layer_page.as_form_xobject())
+                add_layer(document.pages[page.page_index], form, page.width, page.height)
+            return _save(document)

@@ -1,0 +1,245 @@
+"""The gateway's outputs without a server: Accept negotiation, lines out of a document
+result, reading order, and the searchable PDF built from given lines. The PDF is checked
+with poppler as a reader would: the text comes back, each word lies in its box on rotated
+and cropped pages too, page count and sizes are the input's, the original content streams
+are byte-identical, and a rendered page looks exactly as before."""
+
+import io
+
+import pikepdf
+import pypdfium2 as pdfium
+import pytest
+from PIL import Image
+
+from gateway.config import DEFAULT_PDF_FONTS, GatewayConfig
+from gateway.outputs import JSON, NDJSON, PDF, TEXT, ZIP, fonts, negotiate
+from gateway.outputs.layout import Line, PageText, document_pages, page_lines
+from gateway.outputs.pdf import placement_matrix, searchable_pdf
+from gateway.outputs.text import document_text, rows
+from loadtest import documents
+from services.ocr_api.errors import ApiError
+from tests import pdfcheck
+
+
+def rect(x0, y0, x1, y1):
+    return (x0, y0), (x1, y0), (x1, y1), (x0, y1)
+
+
+LINES = [Line("Invoice number 4711", rect(20, 20, 300, 60)),
+         Line("total amount 12.50", rect(40, 100, 330, 130)),
+         Line("中文测试文本", rect(40, 160, 260, 200))]
+
+
+# ---- negotiation -----------------------------------------------------------------------
+@pytest.mark.parametrize("accept, expected", [
+    (None, JSON), ("", JSON), ("*/*", JSON), ("application/json", JSON),
+    ("text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8", JSON),
+    ("application/x-ndjson", NDJSON), ("application/x-ndjson, application/json", NDJSON),
+    ("application/pdf", PDF), ("text/plain", TEXT), ("text/*", TEXT),
+    ("application/zip", ZIP), ("application/pdf;q=0.5, application/json", JSON),
+])
+def test_accept_header_chooses_the_format(accept, expected):
+    assert negotiate(accept) == expected
+
+
+def test_an_accept_header_nothing_matches_is_a_406():
+    with pytest.raises(ApiError) as caught:
+        negotiate("image/png")
+    assert caught.value.status == 406 and "application/pdf" in caught.value.message
+
+
+# ---- lines and text ----------------------------------------------------------------------
+def test_document_pages_map_results_to_original_page_indices():
+    result = {"ocrResults": [
+        {"prunedResult": {"rec_texts": ["a", " ", "b"],
+                          "rec_polys": [rect(0, 0, 10, 10), rect(0, 0, 1, 1),
+                                        rect(0, 20, 10, 30)]}},
+        {"prunedResult": None, "error": {"errorCode": 504, "errorMsg": "timed out"}},
+    ], "dataInfo": {"numPages": 2, "type": "pdf", "pageIndices": [3, 7],
+                    "pages": [{"width": 100, "height": 200}, {"width": 50, "height": 60}]}}
+    first, second = document_pages(result)
+    assert (first.page_index, first.width, first.height) == (3, 100, 200)
+    assert [line.text for line in first.lines] == ["a", "b"]  # the blank one is left out
+    assert (second.page_index, second.lines, second.error) == (7, [], "timed out")
+    image = document_pages({"ocrResults": [{"prunedResult": {"rec_texts": ["x"],
+                                                             "rec_boxes": [[1, 2, 3, 4]]}}],
+                            "dataInfo": {"width": 9, "height": 8, "type": "image"}})
+    assert image[0].lines[0].box == (1, 2, 3, 4) and (image[0].width, image[0].height) == (9, 8)
+
+
+def test_page_lines_skip_malformed_shapes():
+    pruned = {"rec_texts": ["ok", "bad", "short"], "rec_polys": [rect(0, 0, 5, 5), "x", []],
+              "rec_boxes": [[0, 0, 5, 5]]}
+    assert [line.text for line in page_lines(pruned)] == ["ok"]
+
+
+def test_reading_order_groups_rows_and_reads_left_to_right():
+    shuffled = [Line("world", rect(210, 12, 300, 42)), Line("third", rect(10, 120, 90, 150)),
+                Line("Hello", rect(10, 10, 200, 40)), Line("second row", rect(12, 60, 250, 92))]
+    assert [[line.text for line in row] for row in rows(shuffled)] == \
+        [["Hello", "world"], ["second row"], ["third"]]
+    pages = [PageText(0, 400, 400, shuffled), PageText(1, 400, 400, []),
+             PageText(2, 400, 400, [Line("last", rect(0, 0, 50, 20))])]
+    assert document_text(pages) == "Hello world\nsecond row\nthird\n\f\flast\n"
+
+
+# ---- fonts ---------------------------------------------------------------------------
+def test_font_is_the_first_that_covers_the_text():
+    assert fonts.pick_font(DEFAULT_PDF_FONTS, "Invoice 12.50") == DEFAULT_PDF_FONTS[0]
+    assert fonts.pick_font(DEFAULT_PDF_FONTS, "Invoice 中文") == DEFAULT_PDF_FONTS[1]
+    with pytest.raises(ApiError) as caught:
+        fonts.pick_font(("/nonexistent/font.ttf",), "x")
+    assert caught.value.status == 503 and "GATEWAY_PDF_FONTS" in caught.value.message
+    config = GatewayConfig.from_env({"GATEWAY_REPLICAS": "http://127.0.0.1:1",
+                                     "GATEWAY_PDF_FONTS": "/a.ttf, /b.ttc"})
+    assert config.pdf_fonts == ("/a.ttf", "/b.ttc")
+
+
+# ---- placement -----------------------------------------------------------------------
+@pytest.mark.parametrize("rotate", [0, 90, 180, 270])
+def test_placement_maps_the_shown_corners_onto_the_visible_box(rotate):
+    box = (50.0, 40.0, 350.0, 260.0)  # 300 x 220 pt
+    shown = (220, 300) if rotate in (90, 270) else (300, 220)
+    a, b, c, d, e, f = placement_matrix(box, rotate, shown[0] * 2, shown[1] * 2)
+
+    def user(u, v):
+        return (round(a * u + c * v + e, 6), round(b * u + d * v + f, 6))
+
+    corners = {user(0, 0), user(shown[0] * 2, 0), user(0, shown[1] * 2),
+               user(shown[0] * 2, shown[1] * 2)}
+    assert corners == {(50, 40), (350, 40), (50, 260), (350, 260)}
+    # the layer's top-left corner (v = height) is where a viewer shows the top-left
+    top_left = {0: (50, 260), 90: (50, 40), 180: (350, 40), 270: (350, 260)}[rotate]
+    assert user(0, shown[1] * 2) == top_left
+
+
+# ---- the searchable PDF ----------------------------------------------------------------
+def vector_pdf(rotate=0, crop=None, media=(0, 0, 400, 300), pages=1) -> bytes:
+    """Pages with a filled square and a line of real (visible) text, sharing one
+    /Resources dictionary as many producers write them."""
+    pdf = pikepdf.new()
+    font = pdf.make_indirect(pikepdf.Dictionary(Type=pikepdf.Name.Font,
+                                                Subtype=pikepdf.Name.Type1,
+                                                BaseFont=pikepdf.Name.Helvetica))
+    resources = pdf.make_indirect(pikepdf.Dictionary(Font=pikepdf.Dictionary(F1=font)))
+    for number in range(pages):
+        page = pdf.add_blank_page(page_size=(400, 300))
+        page.obj.MediaBox = pikepdf.Array(list(media))
+        if crop:
+            page.obj.CropBox = pikepdf.Array(list(crop))
+        page.obj.Rotate = rotate
+        page.obj.Resources = resources
+        page.obj.Contents = pdf.make_stream(
+            f"0 0 1 rg {media[0] + 150} {media[1] + 60} 50 50 re f "
+            f"BT /F1 9 Tf {media[0] + 120} {media[1] + 80} Td (vector {number}) Tj ET".encode())
+    out = io.BytesIO()
+    pdf.save(out)
+    return out.getvalue()
+
+
+def rendered_sizes(data: bytes) -> list[tuple[int, int]]:
+    """Pixel sizes as the worker renders them (pdfium, scale 2)."""
+    document = pdfium.PdfDocument(data)
+    try:
+        sizes = []
+        for index in range(len(document)):
+            bitmap = document[index].render(scale=2.0)
+            sizes.append((bitmap.width, bitmap.height))
+            bitmap.close()
+        return sizes
+    finally:
+        document.close()
+
+
+def check_layer(pdf_in: bytes, pdf_out: bytes, pages: list[PageText]) -> None:
+    """Text back, words in their boxes, sizes kept, content identical, nothing visible."""
+    pdfcheck.need_poppler()
+    texts, words = pdfcheck.page_texts(pdf_out), pdfcheck.page_words(pdf_out)
+    sizes = pdfcheck.page_sizes(pdf_out)
+    assert len(texts) == len(pdfcheck.page_texts(pdf_in))  # page count
+    assert sizes == pdfcheck.page_sizes(pdf_in)
+    originals = pdfcheck.page_texts(pdf_in)
+    for page in pages:
+        expected = "".join(line.text for line in page.lines)
+        found, original = texts[page.page_index], originals[page.page_index]
+        assert pdfcheck.cer(expected, found.replace(original.strip(), "", 1)) <= 0.02, found
+        width_pt, height_pt = sizes[page.page_index]
+        sx, sy = width_pt / page.width, height_pt / page.height
+        boxes = [(x0 * sx, y0 * sy, x1 * sx, y1 * sy)
+                 for x0, y0, x1, y1 in (line.box for line in page.lines)]
+        scores = pdfcheck.line_ious(boxes, words[page.page_index])
+        assert min(scores) >= 0.5, scores
+    before, after = pdfcheck.content_streams(pdf_in), pdfcheck.content_streams(pdf_out)
+    for original, now in zip(before, after):
+        assert now[1:1 + len(original)] == original and len(now) == len(original) + 2
+    for old, new in zip(pdfcheck.render(pdf_in), pdfcheck.render(pdf_out)):
+        assert pdfcheck.differing_pixels(old, new) == 0
+
+
+@pytest.mark.parametrize("rotate", [0, 90, 180, 270])
+@pytest.mark.parametrize("crop", [None, (50, 40, 350, 260)], ids=["media", "cropbox"])
+def test_layer_lands_on_its_boxes_on_rotated_and_cropped_pages(rotate, crop):
+    data = vector_pdf(rotate, crop)
+    (width, height), = rendered_sizes(data)
+    pages = [PageText(0, width, height, LINES)]
+    check_layer(data, searchable_pdf(data, "pdf", pages, DEFAULT_PDF_FONTS), pages)
+
+
+def test_layer_on_a_page_whose_mediabox_does_not_start_at_zero():
+    data = vector_pdf(90, crop=(120, 70, 480, 330), media=(100, 50, 500, 350))
+    (width, height), = rendered_sizes(data)
+    pages = [PageText(0, width, height, LINES)]
+    check_layer(data, searchable_pdf(data, "pdf", pages, DEFAULT_PDF_FONTS), pages)
+
+
+def test_only_ocrd_pages_get_a_layer_and_shared_resources_are_left_alone():
+    data = vector_pdf(pages=3)
+    (width, height), *_ = rendered_sizes(data)
+    pages = [PageText(1, width, height, LINES[:1]), PageText(2, width, height, [])]
+    out = searchable_pdf(data, "pdf", pages, DEFAULT_PDF_FONTS)
+    texts = pdfcheck.page_texts(out)
+    assert "Invoice" not in texts[0] and "Invoice" in texts[1] and "Invoice" not in texts[2]
+    with pikepdf.open(io.BytesIO(out)) as document:
+        layers = [[n for n in p.resources.get("/XObject", {}).keys() if "OcrText" in n]
+                  for p in document.pages]
+        assert [len(names) for names in layers] == [0, 1, 0]
+        assert document.pages[0].obj.Contents.read_bytes().startswith(b"0 0 1 rg")
+    assert searchable_pdf(data, "pdf", [PageText(0, width, height, [])],
+                          DEFAULT_PDF_FONTS)[:5] == b"%PDF-"
+
+
+def test_image_input_becomes_one_page_per_image_at_its_resolution():
+    image = documents.text_image(["Scanned receipt 42"], size=30)
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", dpi=(200, 200))
+    pages = [PageText(0, image.width, image.height, [Line("Scanned receipt 42",
+                                                          rect(30, 30, 300, 70))])]
+    out = searchable_pdf(buffer.getvalue(), "image", pages, DEFAULT_PDF_FONTS)
+    (width, height), = pdfcheck.page_sizes(out)
+    assert (round(width, 2), round(height, 2)) == (round(image.width * 72 / 200, 2),
+                                                   round(image.height * 72 / 200, 2))
+    assert "Scannedreceipt42" in "".join(pdfcheck.page_texts(out)[0].split())
+    tiff = documents.labelled_tiff(3)
+    out = searchable_pdf(tiff, "image", [PageText(2, 500, 100, [Line("third frame",
+                                                                     rect(5, 5, 200, 40))])],
+                         DEFAULT_PDF_FONTS)
+    texts = pdfcheck.page_texts(out)
+    assert len(texts) == 3 and "third frame" in texts[2] and not texts[0].strip()
+
+
+def test_a_jpeg_the_worker_turned_upright_is_turned_the_same_way():
+    image = Image.new("RGB", (300, 100), "white")
+    exif = image.getexif()
+    exif[0x0112] = 6  # shown rotated 90 degrees clockwise: OpenCV decodes it 100 x 300
+    buffer = io.BytesIO()
+    image.save(buffer, format="JPEG", exif=exif, dpi=(72, 72))
+    out = searchable_pdf(buffer.getvalue(), "image",
+                         [PageText(0, 100, 300, [Line("up", rect(10, 10, 60, 40))])],
+                         DEFAULT_PDF_FONTS)
+    assert [tuple(round(v) for v in size) for size in pdfcheck.page_sizes(out)] == [(100, 300)]
+
+
+def test_a_pdf_pikepdf_cannot_read_is_a_422():
+    with pytest.raises(ApiError) as caught:
+        searchable_pdf(b"%PDF-1.7 nothing else", "pdf", [], DEFAULT_PDF_FONTS)
+    assert caught.value.status == 422
