@@ -93,7 +93,7 @@ class GatewayConfig:
             worker_token=_first(env.secrets("GATEWAY_WORKER_TOKEN",
                                             "GATEWAY_WORKER_TOKEN_FILE")),
             metrics_port=env.int("GATEWAY_METRICS_PORT", None, 1, 65535),
-            jobs=JobsConfig.from_env(environ),
+            jobs=JobsConfig.from_env(env=env),
         )
         env.check_prefix(ENV_PREFIX, OTHER_GATEWAY_VARIABLES)  # a typo first: it explains more
         config.validate()
@@ -141,8 +141,10 @@ class JobsConfig:
     callback_allow_private: bool = False
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> "JobsConfig":
-        env = Env(environ)
+    def from_env(cls, environ: Mapping[str, str] | None = None, *,
+                 env: Env | None = None) -> "JobsConfig":
+        """`env`: the gateway's own Env, so that its prefix check knows these names too."""
+        env = env or Env(environ)
         d = cls()
         config = cls(
             enabled=env.bool("GATEWAY_JOBS_ENABLED", d.enabled),

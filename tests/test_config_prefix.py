@@ -101,3 +101,10 @@ def test_allow_lists_name_exactly_what_the_server_settings_read(monkeypatch, pat
     config.from_env(base)
     read = {name for name in envs[0].read if name.startswith(prefix)}
     assert in_source - read == set(allowed)
+
+
+def test_settings_read_by_a_nested_config_are_known_to_the_prefix_check():
+    config = GatewayConfig.from_env({**GATEWAY_BASE, "GATEWAY_JOBS_LEASE_S": "5"})
+    assert config.jobs.lease_s == 5
+    with pytest.raises(ConfigError, match="GATEWAY_JOBS_LEASE"):
+        GatewayConfig.from_env({**GATEWAY_BASE, "GATEWAY_JOBS_LEASES": "5"})

@@ -20,7 +20,7 @@ MODEL_SIZES = ("tiny", "small")
 ENV_PREFIX = "OCR_"
 # Variables with the worker's prefix that WorkerConfig does not read but are legitimately set:
 # read by WorkerServerSettings (gunicorn's side) below. Any other OCR_* variable is a typo.
-OTHER_OCR_VARIABLES = frozenset({"OCR_GRACEFUL_TIMEOUT_S"})
+OTHER_OCR_VARIABLES = frozenset({"OCR_GRACEFUL_TIMEOUT_S", "OCR_PROCESSES"})
 
 
 @dataclass(frozen=True)
