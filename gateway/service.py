@@ -171,7 +171,7 @@ class GatewayService:
     def open(self, plan: Plan, priority: str = INTERACTIVE) -> Document:
         """Admit the document into the queue (429 when it does not fit, 503 when no replica
         is ready) and start sending its pages as replicas have room."""
-        if not self.replicas.any_ready():
+        if not self.replicas.any_not_known_down():
             metrics.REFUSED.labels("no_replica").inc()
             raise ApiError(503, "No OCR replica is ready: retry shortly", {"Retry-After": "2"})
         try:

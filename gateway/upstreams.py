@@ -268,6 +268,10 @@ class ReplicaSet:
         now = self._clock()
         return any(r.ready and r.ejected_until <= now for r in self.replicas())
 
+    def any_not_known_down(self) -> bool:
+        """Some replica may take pages (not probed yet, or ready): the front door's test."""
+        return any(r.ready is not False for r in self.replicas())
+
     def start_background(self, refresh_s: float, health_s: float,
                          after_probe: Callable[[list[Replica]], None] = lambda _: None) -> None:
         """Re-resolve (DNS mode) and probe every replica's readiness in a daemon thread;

@@ -322,7 +322,8 @@ def test_keys_and_tokens_come_from_one_optional_secret(report, target):
     objects = _objects(report, target)
     gateway = secret_env(the_container(named(objects, "Deployment", GATEWAY)))
     worker = secret_env(the_container(named(objects, "Deployment", WORKER)))
-    assert set(gateway) == {"GATEWAY_API_KEYS", "GATEWAY_WORKER_TOKEN"}
+    assert set(gateway) == {"GATEWAY_API_KEYS", "GATEWAY_WORKER_TOKEN",
+                            "GATEWAY_JOBS_CALLBACK_SECRET"}
     assert set(worker) == {"OCR_API_TOKEN"}
     for service, refs in ((GATEWAY, gateway), (WORKER, worker)):
         read = env_names_read(*SERVICES[service]["code"])
