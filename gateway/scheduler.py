@@ -246,7 +246,11 @@ class Scheduler:
         replicas.on_change(self._wake)
 
     def start(self) -> None:
-        self._thread.start()
+        """Idempotent; also called by the first submit (an app built with start=False, as in
+        tests, still serves)."""
+        with self._cond:
+            if not self._thread.is_alive() and not self._stop:
+                self._thread.start()
 
     def stop(self) -> None:
         with self._cond:
@@ -259,6 +263,7 @@ class Scheduler:
 
     # ---- request-thread side -----------------------------------------------------------------
     def submit(self, doc: Document) -> Document:
+        self.start()
         with self._cond:
             self.fair.add(doc)
             self._cond.notify_all()
