@@ -63,9 +63,10 @@ image-test: images
 	OCRFLEET_CONTAINER_TESTS=1 $(PY) -m pytest -q -s -m containers \
 	  tests/test_images.py tests/test_kube_play.py $(PYTEST_ARGS)
 
-# CI's reduced form: the CPU worker and gateway images built, one document through them.
+# CI's reduced form: the CPU worker and gateway images built (layer cache kept: a CI machine
+# is thrown away), a gateway and two workers started, documents read through them.
 image-smoke: install container-deps
-	$(PY) -m deploy.docker.images --image gateway --image worker-cpu $(IMAGES_ARGS)
+	$(PY) -m deploy.docker.images --image gateway --image worker-cpu --keep-cache $(IMAGES_ARGS)
 	OCRFLEET_CONTAINER_TESTS=1 $(PY) -m pytest -q -s -m containers tests/test_images.py \
 	  -k "documents_through_the_gateway or security_settings" $(PYTEST_ARGS)
 

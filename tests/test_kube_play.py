@@ -146,9 +146,7 @@ def test_pods_run_with_the_manifests_security_settings_and_limits(pods):
         assert not info["HostConfig"].get("CapAdd")
         limits = spec["resources"]["limits"]
         assert info["HostConfig"]["Memory"] == podrun.quantity_bytes(limits["memory"]), role
-        cpus = (info["HostConfig"].get("NanoCpus") or 0) / 1e9 or (
-            info["HostConfig"]["CpuQuota"] / info["HostConfig"]["CpuPeriod"])
-        assert cpus == podrun.quantity_cpus(limits["cpu"]), role
+        assert podrun.cpus_limit(info["HostConfig"]) == podrun.quantity_cpus(limits["cpu"])
 
 
 def test_pods_answer_their_probes(pods):

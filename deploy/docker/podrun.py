@@ -108,6 +108,13 @@ def run_args(deployment: dict, objects: list[dict], *, name: str, image: str,
     return args + [image]
 
 
+def cpus_limit(host_config: dict) -> float:
+    """The CPU limit an inspected container runs under (NanoCpus, or quota / period)."""
+    if host_config.get("NanoCpus"):
+        return host_config["NanoCpus"] / 1e9
+    return host_config["CpuQuota"] / host_config["CpuPeriod"]
+
+
 def http_status(url: str, timeout: float = 3.0) -> int | None:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:
