@@ -12,7 +12,7 @@ WORKERS ?= 2
 export PYTHONPATH := $(CURDIR)
 
 .PHONY: install system-deps models run worker test test-fast bench bench-scaling bench-overload \
-	loadtest k8s-validate screenshots lock audit clean
+	loadtest k8s-validate screenshots lock audit container-deps images image-test image-smoke clean
 
 install: system-deps $(STAMP) $(MODELS_STAMP)
 
@@ -70,5 +70,26 @@ screenshots: install
 k8s-validate: install
 	$(PY) -m deploy.k8s.validate
 
+# Container images (README "Container images"): podman, runc and debootstrap are installed here
+# only, so `make test` stays light. IMAGES_ARGS passes options, e.g. --image worker-cpu.
+container-deps:
+	@bash scripts/install_container_deps.sh
+
+images: install container-deps
+	$(PY) -m deploy.docker.images $(IMAGES_ARGS)
+
+# The images run as the manifests run them, then the CPU overlay played with `podman kube play`.
+image-test: images
+	OCRFLEET_CONTAINER_TESTS=1 $(PY) -m pytest -q -s -m containers \
+	  tests/test_images.py tests/test_kube_play.py $(PYTEST_ARGS)
+
+# CI's reduced form: the CPU worker and gateway images built (layer cache kept: a CI machine
+# is thrown away), a gateway and two workers started, documents read through them.
+image-smoke: install container-deps
+	$(PY) -m deploy.docker.images --image gateway --image worker-cpu --keep-cache $(IMAGES_ARGS)
+	OCRFLEET_CONTAINER_TESTS=1 $(PY) -m pytest -q -s -m containers tests/test_images.py \
+	  -k "documents_through_the_gateway or security_settings" $(PYTEST_ARGS)
+
 clean:
 	rm -rf $(VENV) models bench/results .pytest_cache
+	find deploy/docker/wheelhouse -mindepth 2 ! -name .gitkeep -delete

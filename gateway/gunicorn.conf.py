@@ -22,6 +22,9 @@ accesslog = None
 errorlog = "-"
 loglevel = "warning"
 proc_name = f"ocr-gateway-{_port}"
+# No control socket (gunicorn >= 25.1 opens one in $HOME/.gunicorn by default): nothing uses
+# it, every master on a host would share that path, and a read-only root has no room for it.
+control_socket_disable = True
 
 prepare_multiprocess_dir("gateway", _host, _port)
 

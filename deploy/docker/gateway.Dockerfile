@@ -15,8 +15,17 @@ RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
 COPY pyproject.toml deploy/docker/requirements.py ./
-RUN python requirements.py > requirements.txt \
- && pip install -r requirements.txt
+# A wheelhouse made on the host (`make images`: deploy/docker/wheelhouse.py) is installed
+# offline, hash-checked when it came from a lock file; empty (a clean clone), the requirements
+# come from the package index.
+COPY deploy/docker/wheelhouse/gateway/ /wheels/
+RUN if [ -f /wheels/requirements.txt ]; then \
+      pip install --no-index --find-links /wheels \
+        $(grep -q -- '--hash=' /wheels/requirements.txt && echo --require-hashes) \
+        -r /wheels/requirements.txt; \
+    else \
+      python requirements.py > requirements.txt && pip install -r requirements.txt; \
+    fi
 
 FROM ${PYTHON_IMAGE} AS runtime
 RUN groupadd --system --gid 10001 ocr \

