@@ -59,6 +59,7 @@ class WorkerConfig:
 
     sim_page_ms: float = 200.0
     sim_jitter_ms: float = 0.0
+    sim_load_ms: float = 0.0
 
     log_level: str = "INFO"
 
@@ -101,6 +102,7 @@ class WorkerConfig:
             url_timeout_s=env.float("OCR_URL_TIMEOUT_S", defaults.url_timeout_s, 1),
             sim_page_ms=env.float("OCR_SIM_PAGE_MS", defaults.sim_page_ms, 0),
             sim_jitter_ms=env.float("OCR_SIM_JITTER_MS", defaults.sim_jitter_ms, 0),
+            sim_load_ms=env.float("OCR_SIM_LOAD_MS", defaults.sim_load_ms, 0),
             log_level=env.choice("OCR_LOG_LEVEL", defaults.log_level,
                                  ("DEBUG", "INFO", "WARNING", "ERROR")),
         )

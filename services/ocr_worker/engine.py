@@ -172,10 +172,11 @@ class SimEngine:
         self.info = {"engine": "sim", "backend": "none", "device": "none",
                      "det_model": "none", "rec_model": "none",
                      "page_ms": str(config.sim_page_ms)}
+        self.load_s = config.sim_load_ms / 1000.0
         self._random = random.Random(0)
 
     def load(self) -> None:
-        pass
+        time.sleep(self.load_s)  # a model's load time, for readiness and recycling tests
 
     def unsupported(self, params: dict[str, Any], visualize: bool) -> str | None:
         return None
