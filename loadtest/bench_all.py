@@ -76,7 +76,7 @@ def run_soak() -> tuple[dict[str, Any], list[list[Any]]]:
 
 
 def run_memory() -> tuple[dict[str, Any], list[list[Any]]]:
-    pages = int(os.environ.get("BENCH_MEMORY_PAGES") or (60 if quick() else 120))
+    pages = int(os.environ.get("BENCH_MEMORY_PAGES") or (60 if quick() else 100))
     reference = os.environ.get("BENCH_MEMORY_REFERENCE", "0" if quick() else "1") == "1"
     result = bench_memory.run(pages, report.results_dir() / "logs" / "memory", reference)
     report.write_json("memory.json", result)

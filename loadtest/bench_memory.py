@@ -16,7 +16,7 @@ under the CPU overlay's memory limit with 25 % headroom (peak <= 0.75 x limit).
 A reference run shows where the worker came from: the same pages, one round, with
 onnxruntime's CPU arena on and no trimming (OCR_ORT_CPU_ARENA=true OCR_TRIM_MIN_PIXELS=0).
 
-Knobs: BENCH_MEMORY_PAGES (120; 60 with BENCH_QUICK), BENCH_MEMORY_REFERENCE (1 = run the
+Knobs: BENCH_MEMORY_PAGES (100; 60 with BENCH_QUICK), BENCH_MEMORY_REFERENCE (1 = run the
 reference, default 1 unless BENCH_QUICK)."""
 
 from __future__ import annotations
@@ -183,7 +183,7 @@ def rows(result: dict[str, Any]) -> list[list[Any]]:
 
 def main() -> int:
     quick = os.environ.get("BENCH_QUICK", "") not in ("", "0")
-    pages = int(os.environ.get("BENCH_MEMORY_PAGES") or (60 if quick else 120))
+    pages = int(os.environ.get("BENCH_MEMORY_PAGES") or (60 if quick else 100))
     reference = os.environ.get("BENCH_MEMORY_REFERENCE", "0" if quick else "1") == "1"
     result = run(pages, report.results_dir() / "logs" / "memory", reference)
     path = report.write_json("memory.json", result)

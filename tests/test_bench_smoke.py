@@ -140,8 +140,11 @@ def test_generated_scans_have_the_promised_sizes():
     assert scans.dense_scan(0).size == (2481, 3507)
     assert scans.table_scan(0).size == (2481, 3507)
     assert scans.receipt_scan(0).size[0] == 945
-    photo = scans.photo_of_page(0, size=(1000, 1400))
+    small_page = lambda seed, dpi: scans.table_scan(seed, dpi=60)  # noqa: E731
+    photo = scans.photo_of_page(0, size=(1000, 1400), page=small_page)
     assert photo.size == (1000, 1400)
+    corner, middle = photo.getpixel((5, 5)), photo.getpixel((500, 700))
+    assert sum(corner) < sum(middle)  # a paper page on a darker desk
     names = [name for name, _ in scans.scan_set(2, kinds=("table", "receipt"))]
     assert names[0].startswith("table:") and names[1].startswith("receipt:")
 

@@ -189,3 +189,21 @@ def test_the_detector_cap_reaches_the_pipeline():
     pipeline = types.SimpleNamespace(paddlex_pipeline=types.SimpleNamespace(_pipeline=inner))
     tune_pipeline_memory(pipeline, WorkerConfig(det_max_side=2048))
     assert inner.text_det_max_side_limit == 2048
+
+
+def test_on_a_gpu_the_cuda_arena_grows_by_what_is_asked_and_keeps_its_device():
+    pytest.importorskip("paddlex")
+    from paddlex.inference.models.runners.onnxruntime_runner import (ONNXRuntimeRunner,
+                                                                      ONNXRuntimeRunnerConfig)
+
+    engine_config = onnxruntime_engine_config(WorkerConfig(device="gpu:0"))
+    validated = ONNXRuntimeRunnerConfig.model_validate(
+        {**engine_config, "device_type": "gpu", "device_id": 0}).model_dump(exclude_none=True)
+    runner = ONNXRuntimeRunner.__new__(ONNXRuntimeRunner)  # no session: no CUDA needed
+    runner._config = validated
+    runner._ort = types.SimpleNamespace(
+        get_available_providers=lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    providers, options = runner._resolve_providers()
+    assert providers == ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    assert options[0] == {"device_id": 0, "arena_extend_strategy": "kSameAsRequested"}
+    assert "provider_options" not in onnxruntime_engine_config(WorkerConfig())

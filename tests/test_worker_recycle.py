@@ -19,8 +19,11 @@ PNG = b64(documents.to_png(documents.text_image(["recycle"])))
 
 def test_processes_over_the_ceiling_are_replaced_without_a_failure_or_a_readiness_gap(tmp_path):
     port = free_port()
+    # each new process takes 1.5 s to "load its model": a replacement that accepted
+    # connections before it was ready would answer 503 to requests and probes meanwhile
     process = worker_process(port, {"OCR_ENGINE": "sim", "OCR_SIM_PAGE_MS": "20",
-                                    "OCR_MEMORY_CEILING_MB": "1", "OCR_QUEUE_SIZE": "4"},
+                                    "OCR_SIM_LOAD_MS": "1500", "OCR_MEMORY_CEILING_MB": "1",
+                                    "OCR_QUEUE_SIZE": "4"},
                              log_path=tmp_path / "worker.log").start().wait_ready(60)
     url = f"http://127.0.0.1:{port}"
     seen_pids: set[int] = set()

@@ -70,6 +70,7 @@ class WorkerConfig:
 
     sim_page_ms: float = 200.0
     sim_jitter_ms: float = 0.0
+    sim_load_ms: float = 0.0
 
     log_level: str = "INFO"
 
@@ -115,6 +116,7 @@ class WorkerConfig:
             metrics_port=env.int("OCR_METRICS_PORT", None, 1, 65535),
             sim_page_ms=env.float("OCR_SIM_PAGE_MS", defaults.sim_page_ms, 0),
             sim_jitter_ms=env.float("OCR_SIM_JITTER_MS", defaults.sim_jitter_ms, 0),
+            sim_load_ms=env.float("OCR_SIM_LOAD_MS", defaults.sim_load_ms, 0),
             log_level=env.choice("OCR_LOG_LEVEL", defaults.log_level,
                                  ("DEBUG", "INFO", "WARNING", "ERROR")),
         )

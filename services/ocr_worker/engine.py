@@ -54,9 +54,14 @@ def onnxruntime_engine_config(config: WorkerConfig) -> dict[str, Any]:
     """PaddleX's `engine_config` for onnxruntime (its ONNXRuntimeRunnerConfig: these keys
     become SessionOptions attributes). The CPU arena is off by default: with PaddleOCR's
     dynamic input shapes it grows to the largest page seen and never shrinks (README
-    "Memory"); without it, freed activations go back to malloc, which the worker trims."""
-    return {"intra_op_num_threads": config.threads, "inter_op_num_threads": 1,
-            "enable_cpu_mem_arena": config.ort_cpu_arena}
+    "Memory"); without it, freed activations go back to malloc, which the worker trims. On a
+    GPU the CUDA arena grows by what a page needs, not to the next power of two."""
+    engine_config: dict[str, Any] = {"intra_op_num_threads": config.threads,
+                                     "inter_op_num_threads": 1,
+                                     "enable_cpu_mem_arena": config.ort_cpu_arena}
+    if config.device.startswith("gpu"):
+        engine_config["provider_options"] = {"arena_extend_strategy": "kSameAsRequested"}
+    return engine_config
 
 
 def tune_pipeline_memory(pipeline: Any, config: WorkerConfig) -> None:
@@ -167,10 +172,11 @@ class SimEngine:
         self.info = {"engine": "sim", "backend": "none", "device": "none",
                      "det_model": "none", "rec_model": "none",
                      "page_ms": str(config.sim_page_ms)}
+        self.load_s = config.sim_load_ms / 1000.0
         self._random = random.Random(0)
 
     def load(self) -> None:
-        pass
+        time.sleep(self.load_s)  # a model's load time, for readiness and recycling tests
 
     def unsupported(self, params: dict[str, Any], visualize: bool) -> str | None:
         return None
