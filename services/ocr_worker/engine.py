@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from . import engine_tuning
 from .config import WorkerConfig
 
 
@@ -89,9 +90,10 @@ class PaddleOCREngine:
         configure_offline_environment(self.config)
         from paddleocr import PaddleOCR  # heavy; imported in the worker process, after fork
 
+        backend = engine_tuning.resolve_backend(self.config)
         kwargs: dict[str, Any] = dict(
             device=self.config.device,
-            engine=self.config.backend,
+            engine=engine_tuning.paddle_engine_name(backend),
             text_detection_model_name=self.model_paths["det_name"],
             text_detection_model_dir=self.model_paths["det_dir"],
             text_recognition_model_name=self.model_paths["rec_name"],
@@ -99,13 +101,16 @@ class PaddleOCREngine:
             use_doc_orientation_classify=False,
             use_doc_unwarping=False,
             use_textline_orientation=False,
+            text_recognition_batch_size=self.config.rec_batch_size,
         )
-        if self.config.backend == "onnxruntime":
+        if kwargs["engine"] == "onnxruntime":
             kwargs["engine_config"] = {"intra_op_num_threads": self.config.threads,
                                        "inter_op_num_threads": 1}
         else:
             kwargs["cpu_threads"] = self.config.threads
         self._pipeline = PaddleOCR(**kwargs)
+        self.info.update(engine_tuning.apply(self._pipeline.paddlex_pipeline, self.config,
+                                             backend))
 
     def unsupported(self, params: dict[str, Any], visualize: bool) -> str | None:
         for kwarg, api_name in _OPTIONAL_MODULES.items():
