@@ -1,7 +1,8 @@
 """Scoring OCR text against ground truth: character error rate (CER) and word F1, after the same
 normalisation on both sides. Pure functions (rapidfuzz for the edit distance).
 
-Normalisation: Unicode NFKC; typographic quotes and dashes to their ASCII forms (a scan's
+Normalisation: Unicode NFC (not NFKC: a full-width colon in English text is a recognition
+error a reader and a search both notice); typographic quotes and dashes to their ASCII forms (a scan's
 curly apostrophe and the model's straight one are the same character to a reader); no space
 before , . ; : ? ! (old typesetting puts one there, OCR may not) and none next to a CJK
 character (Chinese has none; the model may put one); runs of spaces to one; lines joined in
@@ -21,7 +22,7 @@ _TRANSLATE = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b
                             "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u00b4": "'",
                             "\u2013": "-", "\u2014": "-", "\u2212": "-", "\u00ad": ""})
 _SPACE_BEFORE_PUNCT = re.compile(r"[ \t]+([,.;:?!])")
-_SPACES = re.compile(r"[ \t\u3000]+")
+_SPACES = re.compile(r"[ \t\u00a0\u3000]+")
 _WORD = re.compile(r"[\w]+(?:[.,'\-][\w]+)*", re.UNICODE)
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 _CJK_CHARS = "\u3000-\u303f\u3400-\u9fff\uf900-\ufaff\uff00-\uffef"
@@ -29,7 +30,7 @@ _SPACE_BY_CJK = re.compile(rf"(?<=[{_CJK_CHARS}]) +| +(?=[{_CJK_CHARS}])")
 
 
 def normalize_line(line: str) -> str:
-    text = unicodedata.normalize("NFKC", line).translate(_TRANSLATE)
+    text = unicodedata.normalize("NFC", line).translate(_TRANSLATE)
     text = _SPACE_BEFORE_PUNCT.sub(r"\1", _SPACES.sub(" ", text))
     return _SPACE_BY_CJK.sub("", text).strip()
 

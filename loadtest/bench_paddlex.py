@@ -64,7 +64,8 @@ def ensure_venv() -> Path:
     try:
         venv.create(VENV, with_pip=True, clear=True)
         subprocess.run([str(VENV / "bin" / "python"), "-m", "pip", "install", "--quiet",
-                        *requirements()], check=True, timeout=1800)
+                        *requirements()], check=True, timeout=1800,
+                       env={**os.environ, "PYTHONPATH": ""})  # not ocrfleet's own tree
     except (OSError, subprocess.SubprocessError) as exc:
         raise Skipped(f"could not build {VENV.relative_to(REPO_ROOT)} "
                       f"({type(exc).__name__}: {exc})"[:300]) from None

@@ -79,3 +79,17 @@ def _png_b64() -> str:
     from loadtest import documents
 
     return base64.b64encode(documents.to_png(documents.text_image(["one line"]))).decode()
+
+
+def test_gpu_overlay_runs_two_instances_on_its_card():
+    import yaml
+
+    from tests.conftest import REPO_ROOT
+
+    overlay = yaml.safe_load((REPO_ROOT / "deploy/k8s/overlays/gpu/kustomization.yaml")
+                             .read_text())
+    [generator] = [g for g in overlay["configMapGenerator"] if g["name"] == "ocr-worker-config"]
+    env = dict(literal.split("=", 1) for literal in generator["literals"])
+    settings = WorkerServerSettings.from_env({"WORKERS": "1", **env})
+    assert settings.instances_per_device == 2 and settings.gunicorn_workers == 2
+    assert settings.instance_threads * 2 == int(env["OCR_THREADS"])
