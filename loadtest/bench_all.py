@@ -6,9 +6,11 @@
    pages (loadtest/bench_engine.py) -> engine.json
 3. worker RSS over a 2,000-request soak (loadtest/bench_soak.py) -> soak.json
 4. batching on/off (loadtest/bench_batching.py) -> batching.json
-The summary goes to summary.json. About 6 minutes on 2 cores; BENCH_QUICK=1 shortens every
-part (about 2.5 minutes), BENCH_SKIP=batching,soak,engine,scaling leaves parts out. Each part's
-own knobs are in its module docstring.
+5. side by side with PaddleX's official serving (loadtest/bench_paddlex.py) -> paddlex.json;
+   skipped with the reason when its venv (bench/paddlex-venv) cannot be built
+The summary goes to summary.json. About 8 minutes on 2 cores (plus building the PaddleX venv
+once); BENCH_QUICK=1 shortens every part, BENCH_SKIP=batching,soak,engine,scaling,paddlex
+leaves parts out. Each part's own knobs are in its module docstring.
 
 Exit status 0 when every part ran and every answer was right; goals missed show as FAIL in the
 table (they are measurements, not errors)."""
@@ -21,7 +23,8 @@ import time
 import traceback
 from typing import Any, Callable
 
-from loadtest import bench_batching, bench_engine, bench_scaling, bench_soak, figures, report
+from loadtest import (bench_batching, bench_engine, bench_paddlex, bench_scaling, bench_soak,
+                      figures, report)
 
 
 def quick() -> bool:
@@ -74,8 +77,17 @@ def run_batching() -> tuple[dict[str, Any], list[list[Any]]]:
     return result, bench_batching.rows(result)
 
 
+def run_paddlex() -> tuple[dict[str, Any], list[list[Any]]]:
+    pages = int(os.environ.get("BENCH_PADDLEX_PAGES") or (4 if quick() else 8))
+    result = bench_paddlex.run_or_skip(images_1=pages, images_4=2 * pages,
+                                       pdf_pages=8 if quick() else 16)
+    report.write_json("paddlex.json", result)
+    return result, bench_paddlex.rows(result)
+
+
 PARTS: dict[str, Callable[[], tuple[dict[str, Any], list[list[Any]]]]] = {
-    "scaling": run_scaling, "engine": run_engine, "soak": run_soak, "batching": run_batching}
+    "scaling": run_scaling, "engine": run_engine, "soak": run_soak, "batching": run_batching,
+    "paddlex": run_paddlex}
 
 
 def wrong_answers(name: str, result: dict[str, Any]) -> int:
@@ -85,6 +97,8 @@ def wrong_answers(name: str, result: dict[str, Any]) -> int:
         return result["http_1_worker"]["failures"] + result["http_2_workers"]["failures"]
     if name == "batching":
         return sum(s["failures"] for s in result["settings"].values())
+    if name == "paddlex":
+        return result.get("failures", 0)
     return result.get("failures", 0)
 
 
@@ -123,7 +137,7 @@ def main() -> int:
           f"{summary['seconds']:.0f} s{', BENCH_QUICK' if quick() else ''})")
     print(report.table(["benchmark", "measured", "goal", "verdict"], rows))
     print(f"results: {path.parent}/ (summary.json, scaling.json, scaling.png, engine.json, "
-          "soak.json, batching.json, logs/)")
+          "soak.json, batching.json, paddlex.json, logs/)")
     return 1 if broken else 0
 
 

@@ -80,3 +80,13 @@ def test_paddlex_serving_config_uses_our_models_on_onnxruntime(tmp_path, monkeyp
     assert config["Serving"]["extra"]["max_num_input_imgs"] is None
     assert [r.split("==")[0] for r in bench_paddlex.requirements()] == \
         ["paddlex[ocr-core,serving]", "onnxruntime"]
+
+
+def test_paddlex_part_is_skipped_with_its_reason(monkeypatch):
+    def cannot_build():
+        raise bench_paddlex.Skipped("could not build bench/paddlex-venv (no network)")
+
+    monkeypatch.setattr(bench_paddlex, "ensure_venv", cannot_build)
+    result = bench_paddlex.run_or_skip()
+    [[name, measured, _goal, verdict]] = bench_paddlex.rows(result)
+    assert verdict == "SKIP" and "no network" in measured
