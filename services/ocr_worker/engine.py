@@ -67,9 +67,10 @@ class PaddleOCREngine:
         det_name, det_dir, rec_name, rec_dir = config.model_paths()
         self.model_paths = dict(det_name=det_name, det_dir=det_dir,
                                 rec_name=rec_name, rec_dir=rec_dir)
+        self.backend = engine_tuning.resolve_backend(config)  # what `auto` means here
         self.info = {
             "engine": "paddleocr",
-            "backend": config.backend,
+            "backend": self.backend,
             "device": config.device,
             "det_model": det_name,
             "rec_model": rec_name,
@@ -90,10 +91,9 @@ class PaddleOCREngine:
         configure_offline_environment(self.config)
         from paddleocr import PaddleOCR  # heavy; imported in the worker process, after fork
 
-        backend = engine_tuning.resolve_backend(self.config)
         kwargs: dict[str, Any] = dict(
             device=self.config.device,
-            engine=engine_tuning.paddle_engine_name(backend),
+            engine=engine_tuning.paddle_engine_name(self.backend),
             text_detection_model_name=self.model_paths["det_name"],
             text_detection_model_dir=self.model_paths["det_dir"],
             text_recognition_model_name=self.model_paths["rec_name"],
@@ -110,7 +110,7 @@ class PaddleOCREngine:
             kwargs["cpu_threads"] = self.config.threads
         self._pipeline = PaddleOCR(**kwargs)
         self.info.update(engine_tuning.apply(self._pipeline.paddlex_pipeline, self.config,
-                                             backend))
+                                             self.backend))
 
     def unsupported(self, params: dict[str, Any], visualize: bool) -> str | None:
         for kwarg, api_name in _OPTIONAL_MODULES.items():
