@@ -26,10 +26,14 @@ def test_settings_multiply_processes_and_split_threads():
     assert WorkerServerSettings.from_env({"OCR_INSTANCES_PER_DEVICE": "4"}).instance_threads == 1
 
 
-def test_each_card_goes_to_k_processes(monkeypatch):
+def test_each_card_goes_to_k_processes(monkeypatch, tmp_path):
+    # every variable gunicorn.conf.py sets in os.environ is set here first, so that the
+    # monkeypatch restores it (a leaked PROMETHEUS_MULTIPROC_DIR would be inherited by every
+    # worker the later tests start)
     for name, value in {"PORT": str(free_port()), "CUDA_VISIBLE_DEVICES_LIST": "0,1",
                         "WORKERS": "2", "OCR_INSTANCES_PER_DEVICE": "2", "OCR_THREADS": "4",
-                        "CUDA_VISIBLE_DEVICES": ""}.items():
+                        "CUDA_VISIBLE_DEVICES": "",
+                        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics")}.items():
         monkeypatch.setenv(name, value)
     conf = runpy.run_path(GUNICORN_CONF)
     assert conf["workers"] == 4
