@@ -12,7 +12,8 @@ WORKERS ?= 2
 export PYTHONPATH := $(CURDIR)
 
 .PHONY: install system-deps models run worker test test-fast bench bench-scaling bench-overload \
-	loadtest k8s-validate screenshots lock audit container-deps images image-test image-smoke clean
+	bench-accuracy bench-paddlex loadtest k8s-validate screenshots lock audit container-deps \
+	images image-test image-smoke clean
 
 install: system-deps $(STAMP) $(MODELS_STAMP)
 
@@ -22,7 +23,7 @@ system-deps:
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[worker,dev]"
+	$(PY) -m pip install --quiet -e ".[worker,openvino,dev]"
 	touch $@
 
 models: $(MODELS_STAMP)
@@ -60,6 +61,12 @@ bench-scaling: install
 
 bench-overload: install
 	$(PY) -m loadtest.bench_overload
+
+bench-accuracy: install
+	$(PY) -m loadtest.bench_accuracy
+
+bench-paddlex: install
+	$(PY) -m loadtest.bench_paddlex
 
 loadtest: install
 	$(PY) -m loadtest.run_locust

@@ -12,10 +12,12 @@
 5. batching on/off (loadtest/bench_batching.py) -> batching.json
 6. the ocrfleet batch client, 200 pages through 2 real workers vs their capacity
    (loadtest/bench_batch.py) -> batch_client.json
-The summary goes to summary.json. About 30 minutes on 2 cores; BENCH_QUICK=1 shortens every
-part (about 12 minutes), BENCH_SKIP=batching,memory,soak,engine,overload,scaling,batch-client
-leaves parts out. Each part's
-own knobs are in its module docstring.
+7. side by side with PaddleX's official serving (loadtest/bench_paddlex.py) -> paddlex.json;
+   skipped with the reason when its venv (bench/paddlex-venv) cannot be built
+The summary goes to summary.json. About 40 minutes on 2 cores (plus building the PaddleX venv
+once); BENCH_QUICK=1 shortens every part, BENCH_SKIP=batching,memory,soak,engine,overload,
+scaling,batch-client,paddlex leaves parts out. Each part's own knobs are in its module
+docstring.
 
 Exit status 0 when every part ran and every answer was right; goals missed show as FAIL in the
 table (they are measurements, not errors)."""
@@ -29,7 +31,7 @@ import traceback
 from typing import Any, Callable
 
 from loadtest import (bench_batch, bench_batching, bench_engine, bench_memory, bench_overload,
-                      bench_scaling, bench_soak, figures, report)
+                      bench_paddlex, bench_scaling, bench_soak, figures, report)
 
 
 def quick() -> bool:
@@ -104,9 +106,18 @@ def run_batch_client() -> tuple[dict[str, Any], list[list[Any]]]:
     return result, bench_batch.rows(result)
 
 
+def run_paddlex() -> tuple[dict[str, Any], list[list[Any]]]:
+    pages = int(os.environ.get("BENCH_PADDLEX_PAGES") or (4 if quick() else 8))
+    result = bench_paddlex.run_or_skip(images_1=pages, images_4=2 * pages,
+                                       pdf_pages=8 if quick() else 16)
+    report.write_json("paddlex.json", result)
+    return result, bench_paddlex.rows(result)
+
+
 PARTS: dict[str, Callable[[], tuple[dict[str, Any], list[list[Any]]]]] = {
     "scaling": run_scaling, "overload": run_overload, "engine": run_engine, "soak": run_soak,
-    "memory": run_memory, "batching": run_batching, "batch-client": run_batch_client}
+    "memory": run_memory, "batching": run_batching, "batch-client": run_batch_client,
+    "paddlex": run_paddlex}
 
 
 def wrong_answers(name: str, result: dict[str, Any]) -> int:
@@ -118,6 +129,8 @@ def wrong_answers(name: str, result: dict[str, Any]) -> int:
         return bench_overload.wrong_answers(result)
     if name == "batching":
         return sum(s["failures"] for s in result["settings"].values())
+    if name == "paddlex":
+        return result.get("failures", 0)
     return result.get("failures", 0)
 
 
@@ -156,7 +169,8 @@ def main() -> int:
           f"{summary['seconds']:.0f} s{', BENCH_QUICK' if quick() else ''})")
     print(report.table(["benchmark", "measured", "goal", "verdict"], rows))
     print(f"results: {path.parent}/ (summary.json, scaling.json, scaling.png, engine.json, "
-          "overload.json, soak.json, memory.json, batching.json, batch_client.json, logs/)")
+          "overload.json, soak.json, memory.json, batching.json, batch_client.json, "
+          "paddlex.json, logs/)")
     return 1 if broken else 0
 
 

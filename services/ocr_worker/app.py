@@ -5,6 +5,7 @@ services.flask_common."""
 from __future__ import annotations
 
 import logging
+import os
 
 from flask import Flask, request
 
@@ -34,7 +35,9 @@ def create_app(config: WorkerConfig | None = None, engine: Engine | None = None,
     def readiness():
         stalled = liveness()
         ready, why = (False, stalled) if stalled else service.readiness()
-        return ready, why, {"engine": service.engine.info, "capacity": service.capacity()}
+        # pid: which of the OCR_INSTANCES_PER_DEVICE processes behind this port answered
+        return ready, why, {"engine": service.engine.info, "capacity": service.capacity(),
+                            "pid": os.getpid()}
 
     app = create_service_app("ocr_worker", max_file_bytes=config.max_bytes,
                              readiness=readiness, record_request=_record, liveness=liveness,

@@ -13,20 +13,24 @@ from services.ocr_api.settings import ConfigError, Env
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 ENGINES = ("paddleocr", "sim")
-BACKENDS = ("onnxruntime", "paddle")
+BACKENDS = ("auto", "onnxruntime", "openvino", "paddle")
+OV_PRECISIONS = ("fp32", "bf16", "auto")
 MODEL_SIZES = ("tiny", "small")
 
 
 ENV_PREFIX = "OCR_"
 # Variables with the worker's prefix that WorkerConfig does not read but are legitimately set:
 # read by WorkerServerSettings (gunicorn's side) below. Any other OCR_* variable is a typo.
-OTHER_OCR_VARIABLES = frozenset({"OCR_GRACEFUL_TIMEOUT_S", "OCR_PROCESSES"})
+OTHER_OCR_VARIABLES = frozenset({"OCR_GRACEFUL_TIMEOUT_S", "OCR_PROCESSES",
+                                 "OCR_INSTANCES_PER_DEVICE"})
 
 
 @dataclass(frozen=True)
 class WorkerConfig:
     engine: str = "paddleocr"
-    backend: str = "onnxruntime"
+    backend: str = "auto"
+    ov_precision: str = "auto"
+    rec_batch_size: int = 6
     device: str = "cpu"
     model_size: str = "tiny"
     model_dir: str = str(REPO_ROOT / "models")
@@ -81,6 +85,8 @@ class WorkerConfig:
         config = cls(
             engine=env.choice("OCR_ENGINE", defaults.engine, ENGINES),
             backend=env.choice("OCR_BACKEND", defaults.backend, BACKENDS),
+            ov_precision=env.choice("OCR_OV_PRECISION", defaults.ov_precision, OV_PRECISIONS),
+            rec_batch_size=env.int("OCR_REC_BATCH_SIZE", defaults.rec_batch_size, 1, 64),
             device=env.str("OCR_DEVICE", defaults.device),
             model_size=env.choice("OCR_MODEL_SIZE", defaults.model_size, MODEL_SIZES),
             model_dir=env.str("OCR_MODEL_DIR", defaults.model_dir),
@@ -123,6 +129,9 @@ class WorkerConfig:
         env.check_prefix(ENV_PREFIX, OTHER_OCR_VARIABLES)
         if config.device != "cpu" and not config.device.startswith("gpu"):
             raise ConfigError(f"OCR_DEVICE={config.device!r}: expected cpu or gpu:N")
+        if config.backend == "openvino" and config.device != "cpu":
+            raise ConfigError("OCR_BACKEND=openvino runs on the CPU only: set OCR_DEVICE=cpu "
+                              "or OCR_BACKEND=onnxruntime")
         return config
 
     def model_paths(self) -> tuple[str, str, str, str]:
@@ -155,6 +164,8 @@ class WorkerServerSettings:
     host: str = "127.0.0.1"
     port: int = 8101
     processes: int = 1  # one per device
+    instances_per_device: int = 1  # engine processes sharing each device
+    instance_threads: int = 1  # OCR_THREADS (the device's cores) split between them
     http_threads: int = 48
     heartbeat_timeout_s: int = 120
     graceful_timeout_s: int = 120
@@ -173,11 +184,14 @@ class WorkerServerSettings:
         config = WorkerConfig.from_env(environ)
         queue_size = config.queue_size
         d = cls()
+        instances = env.int("OCR_INSTANCES_PER_DEVICE", d.instances_per_device, 1, 64)
         settings = cls(
             host=env.str("HOST", d.host),
             port=env.int("PORT", d.port, 1, 65535),
             # not WORKERS: `make run WORKERS=N` (the fleet size) exports that to every worker
             processes=env.int("OCR_PROCESSES", d.processes, 1, 64),
+            instances_per_device=instances,
+            instance_threads=max(1, config.threads // instances),
             # enough for every admitted request plus spares that answer 503 and health checks
             http_threads=env.int("HTTP_THREADS", queue_size + 16, 2, 1024),
             heartbeat_timeout_s=env.int("GUNICORN_TIMEOUT_S", d.heartbeat_timeout_s, 10),
@@ -189,3 +203,8 @@ class WorkerServerSettings:
         if settings.metrics_port == settings.port:
             raise ConfigError("OCR_METRICS_PORT must differ from PORT")
         return settings
+
+    @property
+    def gunicorn_workers(self) -> int:
+        """K engine processes per device, each loading its own model after fork."""
+        return self.processes * self.instances_per_device

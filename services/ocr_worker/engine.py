@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from . import engine_tuning
 from .config import WorkerConfig
 
 
@@ -88,9 +89,10 @@ class PaddleOCREngine:
         det_name, det_dir, rec_name, rec_dir = config.model_paths()
         self.model_paths = dict(det_name=det_name, det_dir=det_dir,
                                 rec_name=rec_name, rec_dir=rec_dir)
+        self.backend = engine_tuning.resolve_backend(config)  # what `auto` means here
         self.info = {
             "engine": "paddleocr",
-            "backend": config.backend,
+            "backend": self.backend,
             "device": config.device,
             "det_model": det_name,
             "rec_model": rec_name,
@@ -113,7 +115,7 @@ class PaddleOCREngine:
 
         kwargs: dict[str, Any] = dict(
             device=self.config.device,
-            engine=self.config.backend,
+            engine=engine_tuning.paddle_engine_name(self.backend),
             text_detection_model_name=self.model_paths["det_name"],
             text_detection_model_dir=self.model_paths["det_dir"],
             text_recognition_model_name=self.model_paths["rec_name"],
@@ -121,13 +123,16 @@ class PaddleOCREngine:
             use_doc_orientation_classify=False,
             use_doc_unwarping=False,
             use_textline_orientation=False,
+            text_recognition_batch_size=self.config.rec_batch_size,
         )
-        if self.config.backend == "onnxruntime":
+        if kwargs["engine"] == "onnxruntime":
             kwargs["engine_config"] = onnxruntime_engine_config(self.config)
         else:
             kwargs["cpu_threads"] = self.config.threads
         self._pipeline = PaddleOCR(**kwargs)
         tune_pipeline_memory(self._pipeline, self.config)
+        self.info.update(engine_tuning.apply(self._pipeline.paddlex_pipeline, self.config,
+                                             self.backend))
 
     def unsupported(self, params: dict[str, Any], visualize: bool) -> str | None:
         for kwarg, api_name in _OPTIONAL_MODULES.items():

@@ -8,6 +8,7 @@ Run: gunicorn -c services/ocr_worker/gunicorn.conf.py services.ocr_worker.wsgi:a
 
 import os
 import signal
+from collections import Counter
 
 from services.flask_common.prometheus import mark_process_dead, prepare_multiprocess_dir
 from services.ocr_worker import recycle
@@ -17,7 +18,11 @@ _settings = WorkerServerSettings.from_env()
 _host, _port = _settings.host, _settings.port
 
 bind = _settings.binds  # the service port, and the metrics port when one is set
-workers = _settings.processes
+workers = _settings.gunicorn_workers
+# OCR_INSTANCES_PER_DEVICE=K: K engine processes share each device (a GPU, or the cores given
+# to this worker) behind this one port; OCR_THREADS is the device's threads, split between them.
+if _settings.instances_per_device > 1:
+    os.environ["OCR_THREADS"] = str(_settings.instance_threads)
 worker_class = "gthread"
 threads = _settings.http_threads
 # gthread's timeout is a heartbeat of the worker's main loop, not a per-request limit (that is
@@ -46,13 +51,15 @@ _devices = _settings.devices
 
 
 def pre_fork(server, worker):
-    """Runs in the master just before fork: give the new worker a card no live worker holds."""
+    """Runs in the master just before fork: give the new worker a card that fewer than
+    OCR_INSTANCES_PER_DEVICE live workers hold."""
     if not _devices:
         return
     leaving = recycle.requested_pids()  # a replacement takes the card of the one it replaces
-    taken = {getattr(w, "ocr_device", None) for pid, w in server.WORKERS.items()
-             if pid not in leaving}
-    device = next((d for d in _devices if d not in taken), _devices[0])
+    taken = Counter(getattr(w, "ocr_device", None) for pid, w in server.WORKERS.items()
+                    if pid not in leaving)
+    device = next((d for d in _devices if taken[d] < _settings.instances_per_device),
+                  _devices[0])
     worker.ocr_device = device
     os.environ["CUDA_VISIBLE_DEVICES"] = device
 

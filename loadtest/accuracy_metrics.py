@@ -1,0 +1,95 @@
+"""Scoring OCR text against ground truth: character error rate (CER) and word F1, after the same
+normalisation on both sides. Pure functions (rapidfuzz for the edit distance).
+
+Normalisation: Unicode NFC (not NFKC: a full-width colon in English text is a recognition
+error a reader and a search both notice); typographic quotes and dashes to their ASCII forms (a scan's
+curly apostrophe and the model's straight one are the same character to a reader); no space
+before , . ; : ? ! (old typesetting puts one there, OCR may not) and none next to a CJK
+character (Chinese has none; the model may put one); runs of spaces to one; lines joined in
+reading order. CER = edit distance / truth length, summed over pages,
+so a reading-order difference costs the same for every engine setting compared."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass
+
+from rapidfuzz.distance import Levenshtein
+
+_TRANSLATE = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'",
+                            "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u00b4": "'",
+                            "\u2013": "-", "\u2014": "-", "\u2212": "-", "\u00ad": ""})
+_SPACE_BEFORE_PUNCT = re.compile(r"[ \t]+([,.;:?!])")
+_SPACES = re.compile(r"[ \t\u00a0\u3000]+")
+_WORD = re.compile(r"[\w]+(?:[.,'\-][\w]+)*", re.UNICODE)
+_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+_CJK_CHARS = "\u3000-\u303f\u3400-\u9fff\uf900-\ufaff\uff00-\uffef"
+_SPACE_BY_CJK = re.compile(rf"(?<=[{_CJK_CHARS}]) +| +(?=[{_CJK_CHARS}])")
+
+
+def normalize_line(line: str) -> str:
+    text = unicodedata.normalize("NFC", line).translate(_TRANSLATE)
+    text = _SPACE_BEFORE_PUNCT.sub(r"\1", _SPACES.sub(" ", text))
+    return _SPACE_BY_CJK.sub("", text).strip()
+
+
+def normalize_lines(lines: list[str]) -> str:
+    """One string per page, lines joined by a space: where a line breaks (a table row read
+    as one line or as one line per cell) is layout, not recognition."""
+    return normalize_line(" ".join(lines))
+
+
+def words(text: str) -> list[str]:
+    """Words for F1: Latin words and numbers as written; each CJK character on its own (Chinese
+    has no spaces, and the model may or may not put one between characters)."""
+    tokens = []
+    for token in _WORD.findall(text):
+        if _CJK.search(token):
+            tokens.extend(char for char in token if not char.isspace())
+        else:
+            tokens.append(token)
+    return tokens
+
+
+@dataclass
+class Score:
+    chars: int = 0  # truth characters
+    edits: int = 0
+    truth_words: int = 0
+    ocr_words: int = 0
+    matched_words: int = 0
+
+    def add(self, other: "Score") -> "Score":
+        return Score(*(a + b for a, b in zip(self.astuple(), other.astuple())))
+
+    def astuple(self) -> tuple[int, ...]:
+        return (self.chars, self.edits, self.truth_words, self.ocr_words, self.matched_words)
+
+    @property
+    def cer(self) -> float:
+        return self.edits / self.chars if self.chars else 0.0
+
+    @property
+    def word_f1(self) -> float:
+        if not self.truth_words and not self.ocr_words:
+            return 1.0
+        precision = self.matched_words / self.ocr_words if self.ocr_words else 0.0
+        recall = self.matched_words / self.truth_words if self.truth_words else 0.0
+        return 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+
+
+def score_page(ocr_lines: list[str], truth_lines: list[str]) -> Score:
+    ocr, truth = normalize_lines(ocr_lines), normalize_lines(truth_lines)
+    ocr_words, truth_words = Counter(words(ocr)), Counter(words(truth))
+    return Score(chars=len(truth), edits=Levenshtein.distance(ocr, truth),
+                 truth_words=sum(truth_words.values()), ocr_words=sum(ocr_words.values()),
+                 matched_words=sum((ocr_words & truth_words).values()))
+
+
+def changed_lines(ocr_lines: list[str], reference_lines: list[str]) -> int:
+    """How many lines differ from a reference run's (same engine pipeline, other setting):
+    0 means the setting did not alter the text."""
+    ocr, reference = Counter(ocr_lines), Counter(reference_lines)
+    return max(sum((ocr - reference).values()), sum((reference - ocr).values()))

@@ -1,0 +1,96 @@
+"""What the worker changes in PaddleOCR's pipeline after building it, each change measured
+(README "Engine speed") and shown not to alter the text on the accuracy corpus
+(`make bench-accuracy`):
+
+- the backend: `OCR_BACKEND=auto` resolves to OpenVINO at bf16 on a CPU that has bf16, else
+  onnxruntime; `openvino` swaps the sessions (services/ocr_worker/openvino_backend.py);
+- CTC decoding: PaddleX's CTCLabelDecode copies the recognition output (batch x time x 6906
+  classes) and reads it twice (argmax, then max); ours reads it once more after the argmax
+  only at the chosen classes. Same argmax, same probabilities, so the same text and scores.
+
+No paddle/paddlex import at module level: the worker imports this before the engine loads."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from .config import WorkerConfig
+
+log = logging.getLogger("ocr_worker.engine")
+
+
+def resolve_backend(config: WorkerConfig) -> str:
+    """The backend `auto` stands for here: OpenVINO where it is installed, the device is the
+    CPU and the CPU computes in bf16 (the fast setting that keeps CER within 0.002 of
+    onnxruntime fp32 on the accuracy corpus); otherwise onnxruntime."""
+    if config.backend != "auto":
+        return config.backend
+    if config.device != "cpu":
+        return "onnxruntime"
+    try:
+        from . import openvino_backend
+
+        capabilities = openvino_backend.cpu_capabilities()
+    except ImportError:
+        return "onnxruntime"
+    return "openvino" if "BF16" in capabilities else "onnxruntime"
+
+
+def paddle_engine_name(backend: str) -> str:
+    """PaddleX's engine for a backend: OpenVINO replaces onnxruntime's sessions afterwards."""
+    return "onnxruntime" if backend == "openvino" else backend
+
+
+def apply(paddlex_pipeline, config: WorkerConfig, backend: str) -> dict[str, str]:
+    """Tune a freshly built PaddleX OCR pipeline; returns what to add to the engine's info."""
+    info = {"backend": backend, "rec_batch_size": str(config.rec_batch_size)}
+    inner = getattr(paddlex_pipeline, "_pipeline", paddlex_pipeline)
+    if install_fast_ctc(inner.text_rec_model):
+        info["ctc_decode"] = "fast"
+    if backend == "openvino":
+        from . import openvino_backend
+
+        info["precision"] = openvino_backend.install(paddlex_pipeline, config.ov_precision,
+                                                     config.threads)
+    elif backend == "onnxruntime":
+        info["precision"] = "fp32"
+    return info
+
+
+def ctc_best_path(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(class index, its probability) per time step: argmax, then a gather of the winners
+    instead of a second full pass with max()."""
+    index = logits.argmax(axis=-1)
+    return index, np.take_along_axis(logits, index[..., None], axis=-1)[..., 0]
+
+
+def install_fast_ctc(rec_model) -> bool:
+    """Give the recognition model's CTCLabelDecode our __call__ (everything else, dictionary
+    and decode(), stays PaddleX's). Left alone if the post-processor is another class."""
+    post_op = getattr(rec_model, "post_op", None)
+    base = type(post_op)
+    if base.__name__ != "CTCLabelDecode":
+        log.warning("recognition post-processor is %s, not CTCLabelDecode: left as it is",
+                    base.__name__)
+        return False
+    post_op.__class__ = _fast_ctc_class(base)
+    return True
+
+
+_FAST_CLASSES: dict[type, type] = {}
+
+
+def _fast_ctc_class(base: type) -> type:
+    if base not in _FAST_CLASSES:
+        def __call__(self, pred, return_word_box=False, **kwargs):
+            if return_word_box:  # word boxes need PaddleX's extra bookkeeping
+                return base.__call__(self, pred, return_word_box=True, **kwargs)
+            index, prob = ctc_best_path(np.asarray(pred[0]))
+            decoded = self.decode(index, prob, is_remove_duplicate=True)
+            return [text for text, _ in decoded], [score for _, score in decoded]
+
+        _FAST_CLASSES[base] = type("FastCTCLabelDecode", (base,), {"__call__": __call__})
+    return _FAST_CLASSES[base]

@@ -1,0 +1,92 @@
+"""The accuracy corpus and its scoring (loadtest/accuracy_metrics.py, accuracy_corpus.py), the
+default-setting rule of bench_accuracy, and the PaddleX serving config bench_paddlex writes.
+No engine, no network: born-digital pages only."""
+
+from __future__ import annotations
+
+import yaml
+
+from loadtest import accuracy_corpus, bench_accuracy, bench_paddlex
+from loadtest.accuracy_metrics import (Score, changed_lines, normalize_lines, score_page,
+                                       words)
+
+
+def test_normalisation_keeps_what_a_reader_sees():
+    assert normalize_lines(["clothes ; but", "it was \u201cspiritual gifts.\u201d"]) == \
+        'clothes; but it was "spiritual gifts."'
+    assert normalize_lines(["发票 号码 12345", "客户"]) == "发票号码12345客户"
+    # a full-width colon in English text stays an error (NFC, not NFKC)
+    assert normalize_lines(["Total due\uff1a EUR"]) != normalize_lines(["Total due: EUR"])
+
+
+def test_cer_and_word_f1():
+    perfect = score_page(["Total due: EUR 12.50"], ["Total due:", "EUR 12.50"])
+    assert perfect.cer == 0.0 and perfect.word_f1 == 1.0
+    one_edit = score_page(["Tota due"], ["Total due"])
+    assert one_edit.edits == 1 and one_edit.chars == 9
+    assert abs(one_edit.word_f1 - 0.5) < 1e-9
+    assert words("发票 total 12,345.60") == ["发", "票", "total", "12,345.60"]
+    total = Score().add(perfect).add(one_edit)
+    assert total.chars == perfect.chars + 9 and total.edits == 1
+
+
+def test_changed_lines_counts_lines_not_positions():
+    assert changed_lines(["a", "b"], ["b", "a"]) == 0
+    assert changed_lines(["a", "x"], ["a", "b"]) == 1
+    assert changed_lines(["a"], ["a", "b"]) == 1
+
+
+def test_born_digital_pages_carry_their_text_layer_as_truth():
+    pdfs = accuracy_corpus.born_digital_pdfs()
+    assert {"en-invoice-table", "en-prose-courier-9pt"} <= set(pdfs)
+    assert pdfs == accuracy_corpus.born_digital_pdfs()  # deterministic bytes
+    [truth] = accuracy_corpus.text_layer(pdfs["en-invoice-table"])
+    assert truth[0] == "Invoice 2024-0117" and len(truth) > 20
+    [image] = accuracy_corpus.render(pdfs["en-invoice-table"])
+    assert image.shape == (1684, 1191, 3)  # A4 at 144 DPI, as the worker renders it
+    if "zh-prose" in pdfs:
+        [zh] = accuracy_corpus.text_layer(pdfs["zh-prose"])
+        assert zh[0] == "年度工作报告" and any("元" in line for line in zh)
+
+
+def test_transcriptions_exist_for_every_scan():
+    for transcription in accuracy_corpus.SCANS.values():
+        lines = accuracy_corpus.transcription(transcription)
+        assert len(lines) > 10
+
+
+def test_default_is_the_fastest_setting_within_the_cer_tolerance():
+    def setting(label, cer_edits, cpu):
+        made = bench_accuracy.Setting(label, {})
+        made.score, made.cpu_s = Score(chars=10000, edits=cer_edits), cpu
+        return made
+
+    reference = setting("reference", 50, 10.0)
+    close_fast = setting("close", 60, 7.0)  # CER +0.001
+    faster_worse = setting("worse", 80, 5.0)  # CER +0.003
+    assert bench_accuracy.chosen([reference, close_fast, faster_worse]) is close_fast
+    assert bench_accuracy.chosen([reference, faster_worse]) is reference
+
+
+def test_paddlex_serving_config_uses_our_models_on_onnxruntime(tmp_path, monkeypatch):
+    monkeypatch.setattr(bench_paddlex, "SERVING_DIR", tmp_path)
+    config = yaml.safe_load(bench_paddlex.pipeline_config(2).read_text())
+    assert config["engine"] == "onnxruntime"
+    assert config["engine_config"]["intra_op_num_threads"] == 2
+    assert not config["use_doc_preprocessor"] and not config["use_textline_orientation"]
+    det, rec = config["SubModules"]["TextDetection"], config["SubModules"]["TextRecognition"]
+    assert det["model_dir"].endswith("models/PP-OCRv6_tiny_det")
+    assert rec["model_name"] == "PP-OCRv6_tiny_rec" and rec["batch_size"] == 6
+    assert config["Serving"]["extra"]["max_num_input_imgs"] is None
+    assert [r.split("==")[0] for r in bench_paddlex.requirements()] == \
+        ["paddlex[ocr-core,serving]", "onnxruntime"]
+
+
+def test_paddlex_part_is_skipped_with_its_reason(monkeypatch):
+    def cannot_build():
+        raise bench_paddlex.Skipped("could not build bench/paddlex-venv (no network)")
+
+    monkeypatch.setattr(bench_paddlex, "ensure_venv", cannot_build)
+    result = bench_paddlex.run_or_skip()
+    [[name, measured, _goal, verdict]] = bench_paddlex.rows(result)
+    assert verdict == "SKIP" and "no network" in measured
