@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LOCKS = {"gateway": (), "worker": ("worker",)}  # lock name -> pyproject extras
+LOCKS = {"gateway": (), "worker": ("worker", "openvino")}  # lock name -> pyproject extras
 PYTHON_VERSION = "3.11"
 PLATFORM = "x86_64-manylinux_2_28"
 SERVICES = ("pypi", "osv")  # pip-audit's vulnerability services, tried in this order

@@ -17,7 +17,7 @@ GUNICORN_CONF = "services/ocr_worker/gunicorn.conf.py"
 
 
 def test_settings_multiply_processes_and_split_threads():
-    settings = WorkerServerSettings.from_env({"WORKERS": "2", "OCR_INSTANCES_PER_DEVICE": "3",
+    settings = WorkerServerSettings.from_env({"OCR_PROCESSES": "2", "OCR_INSTANCES_PER_DEVICE": "3",
                                               "OCR_THREADS": "7"})
     assert settings.gunicorn_workers == 6
     assert settings.instance_threads == 2  # 7 threads of the device, 3 instances
@@ -31,7 +31,7 @@ def test_each_card_goes_to_k_processes(monkeypatch, tmp_path):
     # monkeypatch restores it (a leaked PROMETHEUS_MULTIPROC_DIR would be inherited by every
     # worker the later tests start)
     for name, value in {"PORT": str(free_port()), "CUDA_VISIBLE_DEVICES_LIST": "0,1",
-                        "WORKERS": "2", "OCR_INSTANCES_PER_DEVICE": "2", "OCR_THREADS": "4",
+                        "OCR_PROCESSES": "2", "OCR_INSTANCES_PER_DEVICE": "2", "OCR_THREADS": "4",
                         "CUDA_VISIBLE_DEVICES": "",
                         "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics")}.items():
         monkeypatch.setenv(name, value)
@@ -94,6 +94,6 @@ def test_gpu_overlay_runs_two_instances_on_its_card():
                              .read_text())
     [generator] = [g for g in overlay["configMapGenerator"] if g["name"] == "ocr-worker-config"]
     env = dict(literal.split("=", 1) for literal in generator["literals"])
-    settings = WorkerServerSettings.from_env({"WORKERS": "1", **env})
+    settings = WorkerServerSettings.from_env({"OCR_PROCESSES": "1", **env})
     assert settings.instances_per_device == 2 and settings.gunicorn_workers == 2
     assert settings.instance_threads * 2 == int(env["OCR_THREADS"])
