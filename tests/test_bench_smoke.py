@@ -124,7 +124,7 @@ def test_memory_benchmark_smoke(tmp_path):
     assert all(r["peak_kib"] >= r["steady_kib"] > 0 for r in result["pages"])
     limit = bench_memory.memory_limit_bytes()
     assert limit >= 1 << 30  # the CPU overlay's worker limit, parsed from the manifest
-    summary = bench_memory.summarise(result, limit)
+    summary = bench_memory.summarise(result, limit, cycle=2)
     assert set(summary["steady_mib_at"]) == {"1"}
     assert summary["peak_share_of_limit"] < 1
     rows = bench_memory.rows({**summary, "pages": 4, "failures": 0, "growth_goal": 0.1,
