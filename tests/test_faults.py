@@ -17,6 +17,7 @@ import requests
 from deploy.nginx import render as nginx
 from loadtest import documents
 from scripts.fleet import ManagedProcess, free_port, gateway_process, stop_all, worker_process
+from tests.test_flow_integration import pages_served, start_nginx
 
 PAGES = 100
 FAST = {"OCR_ENGINE": "sim", "OCR_SIM_PAGE_MS": "40", "OCR_QUEUE_SIZE": "4"}
@@ -96,7 +97,6 @@ def ejections(log_path, url: str) -> int:
 
 
 def served(url: str) -> int:
-    from tests.test_flow_integration import pages_served
     return int(pages_served(url))
 
 
@@ -142,15 +142,11 @@ def test_a_dead_worker_and_an_nginx_reload_behind_the_balancer_lose_no_page(
     pdf = documents.labelled_pdf(PAGES, seed=1, lines_per_page=0)
     workers, urls = start_workers(processes, tmp_path, [FAST, FAST, FAST])
     expected = expected_texts(urls[0], pdf)
+    balancer = start_nginx(processes, tmp_path, urls)
+    listen = balancer.removeprefix("http://")
     run_dir = tmp_path / "nginx"
-    listen = f"127.0.0.1:{free_port()}"
-    config = nginx.write_config([u.removeprefix("http://") for u in urls],
-                                run_dir / "nginx.conf", run_dir, listen=listen)
-    proxy = ManagedProcess("nginx", nginx.nginx_command(config, run_dir),
-                           ready_url=f"http://{listen}/healthz").start()
-    processes.append(proxy)
-    proxy.wait_ready(20)
-    gateway = start_gateway(processes, tmp_path, {"GATEWAY_UPSTREAM_URL": f"http://{listen}"})
+    config = run_dir / "nginx.conf"
+    gateway = start_gateway(processes, tmp_path, {"GATEWAY_UPSTREAM_URL": balancer})
 
     def kill():
         workers[0].signal_group(signal.SIGKILL)
