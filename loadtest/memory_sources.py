@@ -235,7 +235,8 @@ def cap_trade(caps: list[int]) -> list[dict[str, Any]]:
             _reset_peak()
             output = engine.predict([image], {})[0].result_json()
             found = " ".join(output["rec_texts"]).split()
-            rows.append({"cap": cap, "page": name, "peak_over_idle_mib": _status_mib("VmHWM") - base,
+            rows.append({"cap": cap, "page": name,
+                         "peak_over_idle_mib": _status_mib("VmHWM") - base,
                          "word_recall": word_recall(truth, found)})
             del output
     return rows
