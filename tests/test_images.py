@@ -214,13 +214,23 @@ def metric_sum(text: str, name: str, **labels: str) -> float:
     return total
 
 
+# /metrics is served on its own port in the manifests (GATEWAY_METRICS_PORT,
+# OCR_METRICS_PORT in deploy/k8s/base/*.env), and answers 404 on the service port
+GATEWAY_METRICS_PORT, WORKER_METRICS_PORT = 9080, 9101
+
+
+def metrics_url(url: str, port: int) -> str:
+    return f"{url.rsplit(':', 1)[0]}:{port}/metrics"
+
+
 def test_metrics_count_the_pages_and_documents(fleet):
     requests.post(fleet["gateway"][1] + "/ocr",
                   json={"file": b64(documents.labelled_pdf(2, lines_per_page=0))}, timeout=300)
-    gateway_metrics = requests.get(fleet["gateway"][1] + "/metrics", timeout=5).text
+    gateway_metrics = requests.get(metrics_url(fleet["gateway"][1], GATEWAY_METRICS_PORT),
+                                   timeout=5).text
     assert metric_sum(gateway_metrics, "ocr_gateway_documents_total", outcome="ok") >= 1
     for _, url in fleet["workers"]:
-        worker_metrics = requests.get(url + "/metrics", timeout=5).text
+        worker_metrics = requests.get(metrics_url(url, WORKER_METRICS_PORT), timeout=5).text
         assert metric_sum(worker_metrics, "ocr_worker_pages_total", outcome="ok") >= 1, url
         assert metric_sum(worker_metrics, "ocr_worker_ready") == 1
 
@@ -253,7 +263,7 @@ def wait_until(predicate, deadline_s: float, what: str):
 
 def inflight(url: str) -> float:
     try:
-        text = requests.get(url + "/metrics", timeout=2).text
+        text = requests.get(metrics_url(url, WORKER_METRICS_PORT), timeout=2).text
     except requests.RequestException:
         return 0.0
     return metric_sum(text, "ocr_worker_inflight_requests")

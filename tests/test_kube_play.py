@@ -167,6 +167,7 @@ def test_the_gateway_pod_reads_a_document_with_the_worker_pod(pods):
     assert [documents.has_page_label(t, n, pages)
             for n, t in enumerate(texts, start=1)] == [True] * pages, texts
     _, worker_ip, _ = pods["worker"]
-    metrics = requests.get(f"http://{worker_ip}:8101/metrics", timeout=5).text
+    # /metrics has its own port in the manifests (OCR_METRICS_PORT, deploy/k8s/base/worker.env)
+    metrics = requests.get(f"http://{worker_ip}:9101/metrics", timeout=5).text
     assert any(line.startswith('ocr_worker_pages_total{outcome="ok"}') and
                float(line.split()[-1]) >= pages for line in metrics.splitlines())
