@@ -196,17 +196,22 @@ def run_overload(settings: OverloadSettings, log_dir: Path) -> dict[str, Any]:
         peak_rss = [0]
         stop = threading.Event()
 
-        def watch_rss() -> None:
-            while not stop.wait(0.2):
-                pids = procstats.group_pids(gateway.pid)
-                peak_rss[0] = max(peak_rss[0], sum(procstats.rss_kib(p) for p in pids))
+        def sample_rss() -> None:
+            pids = procstats.group_pids(gateway.pid)
+            peak_rss[0] = max(peak_rss[0], sum(procstats.rss_kib(p) for p in pids))
 
+        def watch_rss() -> None:
+            while not stop.wait(0.1):
+                sample_rss()
+
+        sample_rss()  # at least one sample, however short the run
         watcher = threading.Thread(target=watch_rss, daemon=True)
         watcher.start()
         with ThreadPoolExecutor(documents) as pool:
             results = list(pool.map(lambda _: send(url, pdf), range(documents)))
         stop.set()
         watcher.join()
+        sample_rss()
     refused = [seconds for status, seconds, _ in results if status == 429]
     admitted = [(status, problem) for status, _, problem in results if status != 429]
     return {
