@@ -174,7 +174,7 @@ class ReplicaSet:
             replica.inflight -= 1
             now = self._clock()
             if capacity and self.mode != MODE_LOAD_BALANCER:
-                replica.max_limit = capacity
+                replica.max_limit = min(capacity, self.limits.max_limit)
             if outcome is Outcome.BUSY:
                 self._busy(replica, now, retry_after_s)
             elif outcome is Outcome.DOWN:
