@@ -308,7 +308,8 @@ def test_cancel_stops_sending_pages_and_limits_answer_429(fleet, gateway):
     wait_until(lambda: fleet["proxy"].inflight == 0, what="pages in flight to come back")
     sent_after_cancel = sum(fleet["proxy"].sent(400))
     threading.Event().wait(1.5)  # a runner that kept going would send ~30 pages by now
-    assert sum(fleet["proxy"].sent(400)) == sent_after_cancel < PAGES
+    # at most the pages already handed to a sender (GATEWAY_REPLICA_MAX_INFLIGHT) still go out
+    assert sent_after_cancel <= sum(fleet["proxy"].sent(400)) <= sent_after_cancel + 2 < PAGES
     assert requests.get(job_url, headers=key, timeout=10).json()["result"]["state"] == \
         "cancelled"
     assert requests.get(f"{job_url}/result", headers=key, timeout=10).status_code == 410
