@@ -41,9 +41,9 @@ worker: install
 test: install
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-# everything but the real engine, 4 pytest processes (most of these tests wait on servers)
+# everything but the real engine (4 pytest processes, as every run: pyproject's addopts)
 test-fast: install
-	$(PY) -m pytest -q -m "not engine" -n 4 --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not engine" $(PYTEST_ARGS)
 
 # requirements/{gateway,worker}.lock from pyproject.toml, pinned with hashes
 lock: $(STAMP)

@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from deploy.nginx import render as nginx
 from scripts.fleet import (REPO_ROOT, Interrupted, ManagedProcess, gateway_process,
@@ -51,17 +52,19 @@ def cuda_inference_available() -> bool:
 
 def jobs_store(args, start, cancelled) -> dict[str, str]:
     """The gateway's job store: a redis-server of our own (--redis, `make run REDIS=1`), the
-    one GATEWAY_REDIS_URL names, or else an SQLite file in run/. `start` launches (and
-    records) a process the way the rest of the fleet is launched."""
+    one GATEWAY_REDIS_URL names, or else an SQLite file in the run directory. `start`
+    launches (and records) a process the way the rest of the fleet is launched."""
     if args.redis:
-        redis = start(redis_process(args.redis_port, RUN_DIR / "redis", RUN_DIR / "redis.log"))
+        redis = start(redis_process(args.redis_port, args.run_dir / "redis",
+                                    args.run_dir / "redis.log"))
         redis.wait_ready(30, cancelled)
-        print(f"redis-server on 127.0.0.1:{args.redis_port} stores the jobs (run/redis/)")
+        print(f"redis-server on 127.0.0.1:{args.redis_port} stores the jobs "
+              f"({args.run_dir / 'redis'})")
         return {"GATEWAY_REDIS_URL": f"redis://127.0.0.1:{args.redis_port}/0"}
     if os.environ.get("GATEWAY_REDIS_URL"):
         return {}
     return {"GATEWAY_JOBS_DB": os.environ.get("GATEWAY_JOBS_DB")
-            or str(RUN_DIR / "jobs.sqlite3")}
+            or str(args.run_dir / "jobs.sqlite3")}
 
 
 def main(argv=None) -> int:
@@ -75,6 +78,8 @@ def main(argv=None) -> int:
     parser.add_argument("--redis", action="store_true",
                         help="job store in a redis-server started here (else SQLite in run/)")
     parser.add_argument("--redis-port", type=int, default=6380)
+    parser.add_argument("--run-dir", type=Path, default=RUN_DIR,
+                        help="logs, nginx config and the jobs file (default: run/)")
     args = parser.parse_args(argv)
     if args.workers < 1:
         parser.error("--workers must be at least 1")
@@ -90,7 +95,8 @@ def main(argv=None) -> int:
               "`make run WORKERS=2` after stopping an earlier fleet.", file=sys.stderr)
         return 2
 
-    RUN_DIR.mkdir(exist_ok=True)
+    run_dir = args.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
     gpus = gpu_count()
     if gpus and not cuda_inference_available():
         print(f"note: {gpus} GPU(s) found, but this venv has the CPU build of onnxruntime; "
@@ -123,21 +129,21 @@ def main(argv=None) -> int:
             if gpus:
                 env.update(CUDA_VISIBLE_DEVICES=str(index % gpus),
                            OCR_DEVICE=os.environ.get("OCR_DEVICE", "gpu:0"))
-            start(worker_process(port, env, RUN_DIR / f"worker-{port}.log"))
+            start(worker_process(port, env, run_dir / f"worker-{port}.log"))
         print(f"starting {args.workers} worker(s) on ports {worker_ports[0]}-{worker_ports[-1]}"
               f" ({str(gpus) + ' GPU(s)' if gpus else 'CPU'}, {threads} engine thread(s) "
-              "each); logs in run/", flush=True)
+              f"each); logs in {run_dir}/", flush=True)
         for process in processes:
             process.wait_ready(300, cancelled)
 
         addresses = [f"127.0.0.1:{port}" for port in worker_ports]
         if use_nginx:
-            nginx_dir = RUN_DIR / "nginx"
+            nginx_dir = run_dir / "nginx"
             config = nginx.write_config(addresses, nginx_dir / "nginx.conf", nginx_dir,
                                         listen=f"127.0.0.1:{args.nginx_port}")
             nginx.check_config(config, nginx_dir)
             start(ManagedProcess("nginx", nginx.nginx_command(config, nginx_dir),
-                                 ready_url=None, log_path=RUN_DIR / "nginx.log"))
+                                 ready_url=None, log_path=run_dir / "nginx.log"))
             upstream = {"GATEWAY_UPSTREAM_URL": f"http://127.0.0.1:{args.nginx_port}"}
             print(f"nginx on 127.0.0.1:{args.nginx_port} (least_conn over the workers)")
         else:
@@ -147,7 +153,7 @@ def main(argv=None) -> int:
         if cancelled():
             raise Interrupted
         upstream.update(jobs_store(args, start, cancelled))
-        start(gateway_process(args.gateway_port, upstream, RUN_DIR / "gateway.log"))
+        start(gateway_process(args.gateway_port, upstream, run_dir / "gateway.log"))
         processes[-1].wait_ready(60, cancelled)
         print(f"ready: POST http://127.0.0.1:{args.gateway_port}/ocr  (Ctrl-C stops the fleet)",
               flush=True)
@@ -157,7 +163,7 @@ def main(argv=None) -> int:
                 raise Interrupted
             stop.wait(0.5)
         dead = [process.name for process in processes if not process.alive()]
-        print(f"error: {', '.join(dead)} exited; stopping the fleet (see run/*.log)",
+        print(f"error: {', '.join(dead)} exited; stopping the fleet (see {run_dir}/*.log)",
               file=sys.stderr)
         return 1
     except Interrupted:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -23,6 +24,13 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("OCR_BACKEND", "onnxruntime")
 MODELS = REPO_ROOT / "models"
 
+# Each pytest process rewrites the test modules' asserts, and each server a test starts
+# compiles the project's modules: with PYTHONDONTWRITEBYTECODE (set in many CI images) none of
+# it is cached and every process does it again. __pycache__ is ignored by git and by the image
+# builds, so the suite writes it.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
 
 # Fixtures that start the real engine: a test using one is marked `engine` (so that
 # `pytest -m "not engine"` leaves it out) without each test saying so. A test module can name
@@ -31,11 +39,50 @@ MODELS = REPO_ROOT / "models"
 ENGINE_FIXTURES = {"worker_url"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
     for item in items:
         engine_fixtures = ENGINE_FIXTURES | set(getattr(item.module, "ENGINE_FIXTURES", ()))
         if engine_fixtures & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.engine)
+    group_for_xdist(items)
+
+
+def group_for_xdist(items) -> None:
+    """pyproject runs the suite on 4 pytest processes (`--dist loadgroup`), test by test,
+    except for groups that must share one process: every real-engine test goes to one group
+    (one engine worker for the session, as in a serial run), and the tests of a module that
+    share a module-scoped fixture (a fleet, a browser) stay together. A test module that
+    needs its tests kept together for another reason says so with an xdist_group mark."""
+    engine_modules = {item.module for item in items if item.get_closest_marker("engine")}
+    for item in items:
+        if item.get_closest_marker("xdist_group"):
+            continue
+        if item.get_closest_marker("engine") or (
+                item.module in engine_modules and _uses_module_fixture(item)):
+            item.add_marker(pytest.mark.xdist_group("engine"))
+        elif _uses_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
+def pytest_collection_finish(session):
+    """On a pytest-xdist process with --dist loadgroup, a grouped test's id carries its group
+    ("...@engine"). Without it the groups are silently ignored (pytest 9.2 with pytest-xdist
+    3.8: pytest-xdist#1386), and tests that must share a process would not: stop at once."""
+    if not getattr(session.config.option, "loadgroup", False):  # set on xdist processes
+        return
+    for item in session.items:
+        if item.get_closest_marker("xdist_group") and "@" not in item.nodeid:
+            raise pytest.UsageError(
+                "pytest-xdist did not apply --dist loadgroup with this pytest "
+                f"({pytest.__version__}); see pyproject.toml's pin, or run with -n 0")
+
+
+def _uses_module_fixture(item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    return info is not None and any(
+        definitions[-1].scope in ("module", "package", "class")
+        for definitions in info.name2fixturedefs.values() if definitions)
 
 
 def wait_until(condition, timeout: float = 30.0, interval: float = 0.05, what: str = ""):

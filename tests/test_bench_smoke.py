@@ -26,7 +26,7 @@ def results(tmp_path, monkeypatch):
 
 
 def test_scaling_benchmark_smoke(results, tmp_path):
-    settings = bench_scaling.ScalingSettings(replicas=[1, 2], page_ms=20, warmup_s=0.3,
+    settings = bench_scaling.ScalingSettings(replicas=[1, 2], page_ms=50, warmup_s=0.3,
                                              measure_s=1.5, pdf_pages=4, pdf_repeats=1)
     scaling = bench_scaling.run(settings, log_dir=tmp_path / "logs")
     assert SCALING_KEYS <= set(scaling)

@@ -20,7 +20,8 @@ from scripts.fleet import ManagedProcess, free_port, gateway_process, stop_all, 
 from tests.test_flow_integration import pages_served, start_nginx
 
 PAGES = 100
-FAST = {"OCR_ENGINE": "sim", "OCR_SIM_PAGE_MS": "40", "OCR_QUEUE_SIZE": "4"}
+FAST = {"OCR_ENGINE": "sim", "OCR_SIM_PAGE_MS": "40", "OCR_QUEUE_SIZE": "4",
+        "OCR_VISUALIZE": "false"}  # the fleet, not drawing: most of a sim page's CPU
 SLOW = {**FAST, "OCR_SIM_PAGE_MS": "400"}
 
 

@@ -18,8 +18,10 @@ import requests
 from deploy.nginx import render as nginx
 from loadtest import documents
 from scripts.fleet import ManagedProcess, free_port, gateway_process, stop_all, worker_process
+from tests.conftest import wait_until
 
-SIM = {"OCR_ENGINE": "sim", "OCR_SIM_PAGE_MS": "20", "OCR_QUEUE_SIZE": "1"}
+SIM = {"OCR_ENGINE": "sim", "OCR_SIM_PAGE_MS": "20", "OCR_QUEUE_SIZE": "1",
+       "OCR_VISUALIZE": "false"}  # the fleet, not drawing: most of a sim page's CPU
 
 
 def b64(data: bytes) -> str:
@@ -35,16 +37,6 @@ def metric(url: str, name: str, labels: str = "") -> float:
 
 def pages_served(url: str) -> float:
     return metric(url, "ocr_worker_pages_total", '{outcome="ok"}')
-
-
-def wait_for(predicate, timeout: float = 20.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture
@@ -102,7 +94,7 @@ def test_long_pdfs_at_once_on_busy_workers_all_come_back_in_order(mode, processe
     # a limit above what the workers admit, so the gateway meets 503s and must back off
     gateway = start_gateway(processes, tmp_path, upstream, GATEWAY_REPLICA_TARGET="4",
                             GATEWAY_MAX_ATTEMPTS="1")
-    pdfs = [documents.labelled_pdf(12, seed=i, lines_per_page=0) for i in range(4)]
+    pdfs = [documents.labelled_pdf(8, seed=i, lines_per_page=0) for i in range(4)]
     expected = [texts(requests.post(f"{urls[0]}/ocr", json={"file": b64(pdf)}, timeout=60)
                       .json()) for pdf in pdfs]
     with concurrent.futures.ThreadPoolExecutor(len(pdfs)) as pool:
@@ -127,7 +119,7 @@ def test_a_full_queue_answers_429_before_any_page_of_the_new_document_is_sent(
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         admitted = pool.submit(requests.post, f"{gateway}/ocr", json={"file": b64(first)},
                                timeout=60)
-        wait_for(lambda: metric(gateway, "ocr_gateway_queued_pages") > 0, what="queued pages")
+        wait_until(lambda: metric(gateway, "ocr_gateway_queued_pages") > 0, what="queued pages")
         refused = requests.post(f"{gateway}/ocr", timeout=30, json={
             "file": b64(documents.labelled_pdf(5, seed=1, lines_per_page=0))})
         assert refused.status_code == 429 and refused.json()["errorCode"] == 429
@@ -145,7 +137,7 @@ def test_a_client_that_goes_away_cancels_its_queued_pages(processes, tmp_path):
         first = json.loads(next(response.iter_lines()))
         assert first["pageIndex"] == 0 and first["numPages"] == 40
     # the stream is closed: the gateway stops sending; the worker settles well short of 40
-    settled = wait_for(lambda: _stable(lambda: pages_served(urls[0])), what="the worker idle")
+    settled = wait_until(lambda: _stable(lambda: pages_served(urls[0])), what="the worker idle")
     assert settled < 20
     # the same for a plain JSON request whose client hangs up
     before = pages_served(urls[0])
@@ -153,7 +145,7 @@ def test_a_client_that_goes_away_cancels_its_queued_pages(processes, tmp_path):
         requests.post(f"{gateway}/ocr", json={"file": b64(pdf)}, timeout=0.5)
     except requests.Timeout:
         pass
-    settled = wait_for(lambda: _stable(lambda: pages_served(urls[0])), what="the worker idle")
+    settled = wait_until(lambda: _stable(lambda: pages_served(urls[0])), what="the worker idle")
     assert settled - before < 25
 
 
@@ -171,12 +163,12 @@ def _stable(read, quiet_s: float = 1.5) -> float | None:
 def test_a_small_request_overtakes_long_documents(processes, tmp_path):
     urls = start_workers(processes, tmp_path, 1, {**SIM, "OCR_SIM_PAGE_MS": "50"})
     gateway = start_gateway(processes, tmp_path, {"GATEWAY_REPLICAS": urls[0]})
-    long_pdf = b64(documents.labelled_pdf(30, lines_per_page=0))
+    long_pdf = b64(documents.labelled_pdf(20, lines_per_page=0))
     image = b64(documents.to_png(documents.text_image(["one line"], size=32)))
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         longs = [pool.submit(requests.post, f"{gateway}/ocr", json={"file": long_pdf},
                              timeout=120) for _ in range(3)]
-        wait_for(lambda: pages_served(urls[0]) >= 3, what="the long documents under way")
+        wait_until(lambda: pages_served(urls[0]) >= 3, what="the long documents under way")
         small = requests.post(f"{gateway}/ocr", json={"file": image, "fileType": 1},
                               timeout=60)
         assert small.status_code == 200

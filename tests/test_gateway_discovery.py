@@ -3,7 +3,6 @@ resolver standing in for a k8s headless Service, answering loopback addresses 12
 replica added while it runs starts receiving pages and a removed one stops, with no restart."""
 
 import re
-import time
 
 import pytest
 
@@ -11,9 +10,9 @@ from gateway.app import create_app
 from gateway.config import GatewayConfig
 from loadtest import documents
 from scripts.fleet import free_port, stop_all, worker_process
-from tests.conftest import b64
+from tests.conftest import b64, wait_until
 
-SIM = {"OCR_ENGINE": "sim", "OCR_SIM_PAGE_MS": "50"}
+SIM = {"OCR_ENGINE": "sim", "OCR_VISUALIZE": "false", "OCR_SIM_PAGE_MS": "50"}
 
 
 def pages_served(url: str) -> float:
@@ -22,15 +21,6 @@ def pages_served(url: str) -> float:
     text = requests.get(f"{url}/metrics", timeout=5).text
     match = re.search(r'^ocr_worker_pages_total\{outcome="ok"\} ([0-9.]+)', text, re.M)
     return float(match.group(1)) if match else 0.0
-
-
-def wait_for(condition, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def test_replicas_join_and_leave_through_dns(tmp_path):
@@ -59,20 +49,20 @@ def test_replicas_join_and_leave_through_dns(tmp_path):
             assert response.status_code == 200, response.get_json()
             assert len(response.get_json()["result"]["ocrResults"]) == 8
 
-        assert wait_for(lambda: client.get("/readyz").status_code == 200)
-        assert wait_for(lambda: sum(1 for r in service.replicas.replicas() if r.ready) == 2)
+        wait_until(lambda: client.get("/readyz").status_code == 200)
+        wait_until(lambda: sum(1 for r in service.replicas.replicas() if r.ready) == 2)
         ocr_ok()
         url = {host: f"http://{host}:{port}" for host in workers}
         assert pages_served(url["127.0.0.2"]) > 0 and pages_served(url["127.0.0.3"]) > 0
         assert pages_served(url["127.0.0.4"]) == 0  # not in DNS yet
 
         dns["hosts"].append("127.0.0.4")  # `kubectl scale` adds a pod
-        assert wait_for(lambda: sum(1 for r in service.replicas.replicas() if r.ready) == 3)
+        wait_until(lambda: sum(1 for r in service.replicas.replicas() if r.ready) == 3)
         ocr_ok()
         assert pages_served(url["127.0.0.4"]) > 0
 
         dns["hosts"].remove("127.0.0.2")  # a pod goes away
-        assert wait_for(lambda: len(service.replicas.replicas()) == 2)
+        wait_until(lambda: len(service.replicas.replicas()) == 2)
         before = pages_served(url["127.0.0.2"])
         ocr_ok()
         assert pages_served(url["127.0.0.2"]) == before

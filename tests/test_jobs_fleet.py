@@ -13,6 +13,7 @@ where the work happens, not inferred from the result.
 from __future__ import annotations
 
 import base64
+import functools
 import io
 import itertools
 import json
@@ -20,7 +21,6 @@ import os
 import re
 import signal
 import threading
-import time
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -33,11 +33,13 @@ from gateway.jobs.store_redis import RedisJobStore
 from gateway.jobs.store_sqlite import SqliteJobStore
 from scripts.fleet import (free_port, gateway_process, http_status, redis_process, stop_all,
                            worker_process)
+from tests import conftest
 from tests.test_jobs_callbacks import Receiver
 
 SECRET = "fleet-test-secret-0123456789abcdef"
 PAGES = 40
-SIM = {"OCR_ENGINE": "sim", "OCR_SIM_PAGE_MS": "100"}
+wait_until = functools.partial(conftest.wait_until, timeout=60.0)
+SIM = {"OCR_ENGINE": "sim", "OCR_VISUALIZE": "false", "OCR_SIM_PAGE_MS": "100"}
 
 
 def sized_pdf(pages: int, base: int) -> bytes:
@@ -172,16 +174,6 @@ def submit(url, pdf: bytes, headers=None, **fields):
     return requests.post(f"{url}/jobs", json=body, headers=headers or {}, timeout=60)
 
 
-def wait_until(predicate, timeout_s=60.0, what="condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        threading.Event().wait(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def follow(url, job_id, headers=None) -> tuple[dict, int]:
     """Long-poll until the job ends: (its status, how many GETs it took)."""
     for calls in itertools.count(1):
@@ -192,7 +184,11 @@ def follow(url, job_id, headers=None) -> tuple[dict, int]:
         assert calls < 20, status
 
 
-@pytest.mark.parametrize("store_kind", ["redis", "sqlite"])
+# Each of these two long tests may run on a pytest process of its own (with its own `fleet`)
+# rather than after the others: see group_for_xdist in tests/conftest.py.
+@pytest.mark.parametrize("store_kind", [
+    pytest.param(kind, marks=pytest.mark.xdist_group(f"jobs-gateway-killed-{kind}"))
+    for kind in ("redis", "sqlite")])
 def test_a_job_survives_sigkill_of_its_gateway_every_page_once_in_order(
         fleet, tmp_path, store_kind):
     base = 100 if store_kind == "redis" else 200
@@ -338,11 +334,11 @@ def test_results_in_each_format_then_expiry(fleet, gateway):
                         timeout=10).status_code == 406
 
     wait_until(lambda: requests.get(f"{gateway.url}/jobs/{job_id}", timeout=10).status_code
-               == 404, timeout_s=30, what="the result to expire")
+               == 404, timeout=30, what="the result to expire")
     store = RedisJobStore(fleet["redis_url"])
     try:  # purged from Redis too, not only hidden
         wait_until(lambda: not store.redis.exists(store._key("job", job_id))
-                   and store.document(job_id) is None, timeout_s=30, what="purge")
+                   and store.document(job_id) is None, timeout=30, what="purge")
     finally:
         store.close()
 
@@ -366,22 +362,24 @@ def test_bad_submissions_are_refused_at_once(gateway):
     bad_wait = requests.get(f"{gateway.url}/jobs/{upload.json()['result']['jobId']}",
                             params={"wait": "soon"}, timeout=10)
     assert bad_wait.status_code == 422
+    status, _ = follow(gateway.url, upload.json()["result"]["jobId"])
+    assert status["state"] == "succeeded", status
     metrics = requests.get(f"{gateway.url}/metrics", timeout=10).text
     assert re.search(r'^ocr_gateway_jobs_total\{state="succeeded"\} [1-9]', metrics, re.M)
 
 
-def test_make_run_redis_starts_redis_and_the_gateway_stores_jobs_there():
+def test_make_run_redis_starts_redis_and_the_gateway_stores_jobs_there(tmp_path):
     from tests.test_run_fleet import launch
 
     worker, gateway_port, redis_port = free_port(), free_port(), free_port()
-    process = launch("--workers", "1", "--worker-port", str(worker), "--no-nginx",
+    process = launch(tmp_path, "--workers", "1", "--worker-port", str(worker), "--no-nginx",
                      "--gateway-port", str(gateway_port), "--redis",
                      "--redis-port", str(redis_port))
     url = f"http://127.0.0.1:{gateway_port}"
     try:
         wait_until(lambda: process.poll() is not None
                    or (_listening(gateway_port) and http_status(f"{url}/readyz") == 200),
-                   timeout_s=120, what="make run --redis to be ready")
+                   timeout=120, what="make run --redis to be ready")
         assert process.poll() is None, process.stdout.read()
         job_id = submit(url, sized_pdf(2, 800)).json()["result"]["jobId"]
         assert follow(url, job_id)[0]["state"] == "succeeded"

@@ -19,7 +19,7 @@ from tests.conftest import b64, post_ocr
 pytestmark = [pytest.mark.nginx,
               pytest.mark.skipif(nginx.find_nginx() is None,
                                  reason="nginx is not installed (.ci/run installs it)")]
-SIM = {"OCR_ENGINE": "sim", "OCR_SIM_PAGE_MS": "60"}
+SIM = {"OCR_ENGINE": "sim", "OCR_VISUALIZE": "false", "OCR_SIM_PAGE_MS": "60"}
 
 
 def pages_served(url):

@@ -20,15 +20,25 @@ from loadtest import documents
 from scripts.fleet import REPO_ROOT, free_port, free_port_block, http_status, port_is_taken
 from tests.conftest import b64
 
+# A terminal's Ctrl-C reaches a foreground job whose SIGINT is at its default action. A test
+# run started in the background by a shell without job control inherits SIGINT ignored, and
+# the launcher rightly keeps it ignored (as for `nohup`), so the fleet is started with it reset.
+AS_FOREGROUND_JOB = [sys.executable, "-c", "import os, signal, sys; "
+                     "signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                     "os.execvp(sys.argv[1], sys.argv[1:])"]
+
 FLEET_ENV = {"PYTHONPATH": str(REPO_ROOT), "OCR_ENGINE": "sim", "OCR_SIM_PAGE_MS": "20",
              "OCR_WARMUP": "false", "GATEWAY_HEALTH_INTERVAL_S": "0.2",
              # what `make run WORKERS=2` exports to everything it starts
              "WORKERS": "2"}
 
 
-def launch(*args, **env):
+def launch(run_dir, *args, **env):
+    """The launcher with its logs, nginx config and jobs file in run_dir (not the
+    repository's run/, which a fleet started by hand, or another test, may be using)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "scripts.run_fleet", *args], cwd=REPO_ROOT,
+        [sys.executable, "-m", "scripts.run_fleet", "--run-dir", str(run_dir), *args],
+        cwd=REPO_ROOT,
         env={**os.environ, **FLEET_ENV, **env},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
 
@@ -44,12 +54,12 @@ def _taken(port):
 
 
 @pytest.mark.parametrize("with_nginx", [pytest.param(True, marks=pytest.mark.nginx), False])
-def test_fleet_comes_up_serves_and_stops_on_sigterm(with_nginx):
+def test_fleet_comes_up_serves_and_stops_on_sigterm(with_nginx, tmp_path):
     if with_nginx and nginx.find_nginx() is None:
         pytest.skip("nginx is not installed")
     worker, nginx_port, gateway = free_port_block(2), free_port(), free_port()
     args = ports_args(worker, nginx_port, gateway) + ([] if with_nginx else ["--no-nginx"])
-    process = launch(*args)
+    process = launch(tmp_path, *args)
     try:
         deadline = time.monotonic() + 90
         while http_status(f"http://127.0.0.1:{gateway}/readyz") != 200:
@@ -75,12 +85,12 @@ def test_fleet_comes_up_serves_and_stops_on_sigterm(with_nginx):
             os.killpg(process.pid, signal.SIGKILL)
 
 
-def test_a_taken_port_is_named_and_nothing_starts():
+def test_a_taken_port_is_named_and_nothing_starts(tmp_path):
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         taken = holder.getsockname()[1]
-        process = launch("--workers", "1", "--worker-port", str(free_port()),
+        process = launch(tmp_path, "--workers", "1", "--worker-port", str(free_port()),
                          "--nginx-port", str(free_port()), "--gateway-port", str(taken))
         output, _ = process.communicate(timeout=30)
     assert process.returncode == 2
@@ -139,7 +149,7 @@ class Fleet:
         self.worker, self.nginx_port, self.gateway = free_port_block(2), free_port(), free_port()
         self.with_nginx = nginx_wanted and nginx.find_nginx() is not None
         args = ports_args(self.worker, self.nginx_port, self.gateway) + \
-            ([] if self.with_nginx else ["--no-nginx"])
+            ["--run-dir", str(tmp_path / "run")] + ([] if self.with_nginx else ["--no-nginx"])
         self.ports = [self.worker, self.worker + 1, self.gateway] + \
             ([self.nginx_port] if self.with_nginx else [])
         self.log = tmp_path / "launcher.log"
@@ -148,6 +158,7 @@ class Fleet:
                    "RUN_ARGS=" + " ".join(args[2:])]
         else:
             cmd = [sys.executable, "-m", "scripts.run_fleet", *args]
+        cmd = AS_FOREGROUND_JOB + cmd
         with open(self.log, "wb") as log:
             self.top = subprocess.Popen(cmd, cwd=REPO_ROOT, env={**os.environ, **FLEET_ENV},
                                         stdout=log, stderr=subprocess.STDOUT,

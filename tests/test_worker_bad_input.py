@@ -2,6 +2,7 @@
 actionable errorMsg; the worker stays healthy and keeps serving."""
 
 import base64
+import functools
 import io
 import zlib
 
@@ -58,42 +59,48 @@ def encrypted_pdf() -> bytes:
     return out.getvalue()
 
 
-PNG = png_bytes()
-PDF = documents.labelled_pdf(2)
-TIFF = documents.labelled_tiff(3)
+# The documents are made when a test first needs them, not at collection: every pytest
+# process collects this module (and test_outputs_fleet, test_gateway_fleet import it).
+PNG = functools.cache(png_bytes)
+PDF = functools.cache(lambda: documents.labelled_pdf(2))
+TIFF = functools.cache(lambda: documents.labelled_tiff(3))
 
+# name -> the requests.post keyword arguments, built on use
 CASES = {
-    "not json": dict(data=b"{this is not json", headers={"Content-Type": "application/json"}),
-    "empty body": dict(data=b"", headers={"Content-Type": "application/json"}),
-    "json array": dict(json=[1, 2, 3]),
-    "missing file": dict(json={"fileType": 1}),
-    "file not a string": dict(json={"file": {"a": 1}}),
-    "file null": dict(json={"file": None}),
-    "bad base64": dict(json={"file": "@@@###"}),
-    "empty file": dict(json={"file": ""}),
-    "unknown fileType": dict(json={"file": b64(PNG), "fileType": 5}),
-    "fileType string": dict(json={"file": b64(PNG), "fileType": "pdf"}),
-    "not an image or pdf": dict(json={"file": b64(b"GIF89a" + b"\0" * 100)}),
-    "image declared pdf": dict(json={"file": b64(PNG), "fileType": 0}),
-    "pdf declared image": dict(json={"file": b64(PDF), "fileType": 1}),
-    "truncated png": dict(json={"file": b64(PNG[: len(PNG) // 2]), "fileType": 1}),
-    "truncated jpeg": dict(json={"file": b64(documents.to_jpeg(
+    "not json": lambda: dict(data=b"{this is not json",
+                             headers={"Content-Type": "application/json"}),
+    "empty body": lambda: dict(data=b"", headers={"Content-Type": "application/json"}),
+    "json array": lambda: dict(json=[1, 2, 3]),
+    "missing file": lambda: dict(json={"fileType": 1}),
+    "file not a string": lambda: dict(json={"file": {"a": 1}}),
+    "file null": lambda: dict(json={"file": None}),
+    "bad base64": lambda: dict(json={"file": "@@@###"}),
+    "empty file": lambda: dict(json={"file": ""}),
+    "unknown fileType": lambda: dict(json={"file": b64(PNG()), "fileType": 5}),
+    "fileType string": lambda: dict(json={"file": b64(PNG()), "fileType": "pdf"}),
+    "not an image or pdf": lambda: dict(json={"file": b64(b"GIF89a" + b"\0" * 100)}),
+    "image declared pdf": lambda: dict(json={"file": b64(PNG()), "fileType": 0}),
+    "pdf declared image": lambda: dict(json={"file": b64(PDF()), "fileType": 1}),
+    "truncated png": lambda: dict(json={"file": b64(PNG()[: len(PNG()) // 2]), "fileType": 1}),
+    "truncated jpeg": lambda: dict(json={"file": b64(documents.to_jpeg(
         documents.text_image(["truncated"]))[:400]), "fileType": 1}),
-    "garbage after png magic": dict(json={"file": b64(b"\x89PNG\r\n\x1a\n" + b"junk" * 50)}),
-    "truncated multipage tiff": dict(json={"file": b64(TIFF[: len(TIFF) * 2 // 3])}),
-    "truncated pdf": dict(json={"file": b64(PDF[:300]), "fileType": 0}),
-    "pdf header only": dict(json={"file": b64(b"%PDF-1.7\n%%EOF")}),
-    "encrypted pdf": dict(json={"file": b64(encrypted_pdf())}),
-    "decompression bomb": dict(json={"file": b64(bomb_png())}),
-    "too many pages": dict(json={"file": b64(documents.labelled_pdf(21, lines_per_page=0))}),
-    "page range beyond document": dict(json={"file": b64(PDF), "pageRange": "3"}),
-    "threshold out of range": dict(json={"file": b64(PNG), "textDetThresh": 1.5}),
-    "negative unclip": dict(json={"file": b64(PNG), "textDetUnclipRatio": -1}),
-    "limit side len string": dict(json={"file": b64(PNG), "textDetLimitSideLen": "960"}),
-    "bad limit type": dict(json={"file": b64(PNG), "textDetLimitType": "both"}),
-    "unloaded module": dict(json={"file": b64(PNG), "useDocOrientationClassify": True}),
-    "url input disabled": dict(json={"file": "http://127.0.0.1:9/scan.pdf"}),
-    "multipart without file": dict(data={"fileType": "1"}, files={"other": ("x", b"y")}),
+    "garbage after png magic": lambda: dict(
+        json={"file": b64(b"\x89PNG\r\n\x1a\n" + b"junk" * 50)}),
+    "truncated multipage tiff": lambda: dict(json={"file": b64(TIFF()[: len(TIFF()) * 2 // 3])}),
+    "truncated pdf": lambda: dict(json={"file": b64(PDF()[:300]), "fileType": 0}),
+    "pdf header only": lambda: dict(json={"file": b64(b"%PDF-1.7\n%%EOF")}),
+    "encrypted pdf": lambda: dict(json={"file": b64(encrypted_pdf())}),
+    "decompression bomb": lambda: dict(json={"file": b64(bomb_png())}),
+    "too many pages": lambda: dict(
+        json={"file": b64(documents.labelled_pdf(21, lines_per_page=0))}),
+    "page range beyond document": lambda: dict(json={"file": b64(PDF()), "pageRange": "3"}),
+    "threshold out of range": lambda: dict(json={"file": b64(PNG()), "textDetThresh": 1.5}),
+    "negative unclip": lambda: dict(json={"file": b64(PNG()), "textDetUnclipRatio": -1}),
+    "limit side len string": lambda: dict(json={"file": b64(PNG()), "textDetLimitSideLen": "960"}),
+    "bad limit type": lambda: dict(json={"file": b64(PNG()), "textDetLimitType": "both"}),
+    "unloaded module": lambda: dict(json={"file": b64(PNG()), "useDocOrientationClassify": True}),
+    "url input disabled": lambda: dict(json={"file": "http://127.0.0.1:9/scan.pdf"}),
+    "multipart without file": lambda: dict(data={"fileType": "1"}, files={"other": ("x", b"y")}),
 }
 
 EXPECTED_STATUS = {"not json": 400, "empty body": 400, "too many pages": 413}
@@ -101,7 +108,7 @@ EXPECTED_STATUS = {"not json": 400, "empty body": 400, "too many pages": 413}
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_malformed_request_gets_json_4xx(worker_url, name):
-    response = requests.post(f"{worker_url}/ocr", timeout=60, **CASES[name])
+    response = requests.post(f"{worker_url}/ocr", timeout=60, **CASES[name]())
     assert 400 <= response.status_code < 500, (name, response.status_code, response.text)
     assert response.status_code == EXPECTED_STATUS.get(name, 422), (name, response.text)
     body = response.json()
@@ -132,9 +139,9 @@ def test_unknown_path_is_404_json(worker_url):
 
 def test_worker_still_healthy_and_correct_after_bad_input(worker_url):
     for case in ("truncated pdf", "decompression bomb", "encrypted pdf", "truncated png"):
-        requests.post(f"{worker_url}/ocr", timeout=60, **CASES[case])
+        requests.post(f"{worker_url}/ocr", timeout=60, **CASES[case]())
     assert requests.get(f"{worker_url}/readyz", timeout=5).status_code == 200
-    response = post_ocr(worker_url, {"file": b64(PNG)})
+    response = post_ocr(worker_url, {"file": b64(PNG())})
     assert response.status_code == 200
     assert response.json()["result"]["ocrResults"][0]["prunedResult"]["rec_texts"] == [
         "healthy after errors"]
@@ -145,7 +152,7 @@ def mutations(seed: int, count: int):
     import random
 
     rng = random.Random(seed)
-    originals = {"png": PNG, "pdf": PDF, "tiff": TIFF,
+    originals = {"png": PNG(), "pdf": PDF(), "tiff": TIFF(),
                  "jpeg": documents.to_jpeg(documents.text_image(["fuzz"]))}
     for index in range(count):
         kind = list(originals)[index % len(originals)]

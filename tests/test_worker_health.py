@@ -5,7 +5,6 @@ restarts the worker; once the engine moves again both are 200. The rule itself
 blocks on an Event, through the Flask test client."""
 
 import threading
-import time
 from dataclasses import replace
 
 import pytest
@@ -17,7 +16,7 @@ from services.ocr_worker.config import WorkerConfig
 from services.ocr_worker.engine import SimEngine
 from services.ocr_worker.health import stall_reason
 from services.ocr_api.settings import ConfigError
-from tests.conftest import b64
+from tests.conftest import b64, wait_until
 
 BUSY = Progress(loaded=True, running=True, stopping=False, idle=False, in_engine=1, queued=3,
                 since_progress_s=121.0)
@@ -68,13 +67,6 @@ class HangingEngine(SimEngine):
         return super().predict(images, params)
 
 
-def until(condition, seconds=10.0):
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
-
-
 def test_the_batcher_records_pages_in_the_engine_and_waiting():
     import numpy as np
 
@@ -83,17 +75,17 @@ def test_the_batcher_records_pages_in_the_engine_and_waiting():
     batcher.start()
     try:
         assert batcher.ready.wait(5)
-        until(lambda: batcher.progress().idle)
+        wait_until(lambda: batcher.progress().idle)
         assert batcher.progress().in_engine == 0
         futures = [batcher.submit(np.zeros((8, 8, 3), np.uint8), {}) for _ in range(3)]
         assert engine.entered.wait(5)
         progress = batcher.progress()
         assert (progress.in_engine, progress.queued, progress.idle) == (1, 2, False)
         first = progress.since_progress_s
-        until(lambda: batcher.progress().since_progress_s > first)  # the clock runs on
+        wait_until(lambda: batcher.progress().since_progress_s > first)  # the clock runs on
         engine.release.set()
         assert all(f.result(5) for f in futures)
-        until(lambda: batcher.progress().idle)
+        wait_until(lambda: batcher.progress().idle)
         progress = batcher.progress()
         assert (progress.in_engine, progress.queued) == (0, 0)
         assert progress.running and not progress.stopping
@@ -111,7 +103,7 @@ def test_a_hung_engine_fails_liveness_and_readiness_until_it_moves_again():
     service = app.extensions["ocr_service"]
     client = app.test_client()
     try:
-        until(lambda: client.get("/readyz").status_code == 200)
+        wait_until(lambda: client.get("/readyz").status_code == 200)
         assert client.get("/healthz").status_code == 200
         image = b64(documents.to_png(documents.text_image(["x"])))
         answers = []
@@ -119,7 +111,7 @@ def test_a_hung_engine_fails_liveness_and_readiness_until_it_moves_again():
             app.test_client().post("/ocr", json={"file": image, "visualize": False})))
         request.start()
         assert engine.entered.wait(10)
-        until(lambda: client.get("/healthz").status_code == 503)
+        wait_until(lambda: client.get("/healthz").status_code == 503)
         health = client.get("/healthz")
         body = health.get_json()
         assert body["errorCode"] == 503 and "no progress" in body["errorMsg"]
@@ -130,7 +122,7 @@ def test_a_hung_engine_fails_liveness_and_readiness_until_it_moves_again():
         engine.release.set()
         request.join(30)
         assert answers and answers[0].status_code == 200
-        until(lambda: client.get("/healthz").status_code == 200)
+        wait_until(lambda: client.get("/healthz").status_code == 200)
         assert client.get("/readyz").status_code == 200
     finally:
         engine.release.set()
