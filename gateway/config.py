@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Mapping
 
+from services.ocr_api.server_settings import ServerSettings
 from services.ocr_api.settings import ConfigError, Env
 
 # Searchable-PDF text layer fonts, tried in order (see gateway/outputs/fonts.py)
@@ -185,38 +186,24 @@ class JobsConfig:
 
 
 @dataclass(frozen=True)
-class GatewayServerSettings:
-    """gunicorn's side of the gateway (read by gunicorn.conf.py)."""
+class GatewayServerSettings(ServerSettings):
+    """gunicorn's side of the gateway (read by gunicorn.conf.py): a few processes of many
+    threads (it mostly waits on replicas), and long graceful stops for big PDFs."""
 
-    host: str = "127.0.0.1"
     port: int = 8080
     processes: int = 2
     http_threads: int = 64
-    heartbeat_timeout_s: int = 120
     graceful_timeout_s: int = 300
-    keepalive_s: int = 75
-    metrics_port: int | None = None  # a second bind, for /metrics only
-
-    @property
-    def binds(self) -> list[str]:
-        ports = [self.port] + ([self.metrics_port] if self.metrics_port else [])
-        return [f"{self.host}:{port}" for port in ports]
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "GatewayServerSettings":
         env = Env(environ)
         d = cls()
-        settings = cls(
-            host=env.str("HOST", d.host),
-            port=env.int("PORT", d.port, 1, 65535),
+        return cls(
+            **cls.shared_fields(env),
+            graceful_timeout_s=env.int("GATEWAY_GRACEFUL_TIMEOUT_S", d.graceful_timeout_s, 1),
             processes=env.int("GATEWAY_PROCESSES", d.processes, 1, 64),
             http_threads=env.int("GATEWAY_HTTP_THREADS", d.http_threads, 2, 4096),
-            heartbeat_timeout_s=env.int("GUNICORN_TIMEOUT_S", d.heartbeat_timeout_s, 10),
-            graceful_timeout_s=env.int("GATEWAY_GRACEFUL_TIMEOUT_S", d.graceful_timeout_s, 1),
-            keepalive_s=env.int("HTTP_KEEPALIVE_S", d.keepalive_s, 1),
             # read here too: GatewayConfig cannot be built without an upstream
             metrics_port=env.int("GATEWAY_METRICS_PORT", None, 1, 65535),
-        )
-        if settings.metrics_port == settings.port:
-            raise ConfigError("GATEWAY_METRICS_PORT must differ from PORT")
-        return settings
+        ).checked("GATEWAY_METRICS_PORT")

@@ -10,21 +10,8 @@ from services.flask_common.prometheus import mark_process_dead, prepare_multipro
 _settings = GatewayServerSettings.from_env()
 _host, _port = _settings.host, _settings.port
 
-bind = _settings.binds  # the service port, and the metrics port when one is set
-workers = _settings.processes
-worker_class = "gthread"
-threads = _settings.http_threads
-timeout = _settings.heartbeat_timeout_s  # heartbeat, not a per-request limit
-graceful_timeout = _settings.graceful_timeout_s
-keepalive = _settings.keepalive_s
-preload_app = False
-accesslog = None
-errorlog = "-"
-loglevel = "warning"
-proc_name = f"ocr-gateway-{_port}"
-# No control socket (gunicorn >= 25.1 opens one in $HOME/.gunicorn by default): nothing uses
-# it, every master on a host would share that path, and a read-only root has no room for it.
-control_socket_disable = True
+# bind (the service port, and the metrics port when one is set), workers, threads, timeouts
+globals().update(_settings.gunicorn_settings("ocr-gateway"))
 
 prepare_multiprocess_dir("gateway", _host, _port)
 

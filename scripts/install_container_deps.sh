@@ -23,23 +23,5 @@ command -v iptables >/dev/null 2>&1 || [ -x /usr/sbin/iptables ] || need+=(iptab
 command -v catatonit >/dev/null 2>&1 || [ -x /usr/libexec/podman/catatonit ] || need+=(catatonit)
 [ ${#need[@]} -eq 0 ] && exit 0
 
-sudo_cmd=""
-if [ "$(id -u)" -ne 0 ]; then
-  if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-    sudo_cmd="sudo"
-  else
-    echo "error: missing Debian packages: ${need[*]} (no root or passwordless sudo to install them)" >&2
-    exit 1
-  fi
-fi
-if ! command -v apt-get >/dev/null 2>&1; then
-  echo "error: missing packages: ${need[*]} (no apt-get here; install them with your package manager)" >&2
-  exit 1
-fi
-echo "installing Debian packages: ${need[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$sudo_cmd apt-get update -qq && \
-  $sudo_cmd apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null || {
-  echo "error: apt-get could not install ${need[*]}" >&2
-  exit 1
-}
+source "$(dirname "$0")/apt_install.sh"
+apt_install error "${need[@]}"

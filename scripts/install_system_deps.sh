@@ -19,22 +19,5 @@ command -v redis-server >/dev/null 2>&1 || [ -x /usr/bin/redis-server ] || need+
 command -v pdftotext >/dev/null 2>&1 && command -v pdftoppm >/dev/null 2>&1 || need+=(poppler-utils)
 [ ${#need[@]} -eq 0 ] && exit 0
 
-sudo_cmd=""
-if [ "$(id -u)" -ne 0 ]; then
-  if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-    sudo_cmd="sudo"
-  else
-    echo "note: missing Debian packages: ${need[*]} (no root or passwordless sudo to install them)" >&2
-    exit 0
-  fi
-fi
-if ! command -v apt-get >/dev/null 2>&1; then
-  echo "note: missing packages: ${need[*]} (no apt-get here; install them with your package manager)" >&2
-  exit 0
-fi
-echo "installing Debian packages: ${need[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$sudo_cmd apt-get update -qq && \
-  $sudo_cmd apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null || \
-  echo "note: apt-get could not install ${need[*]}" >&2
-exit 0
+source "$(dirname "$0")/apt_install.sh"
+apt_install note "${need[@]}"

@@ -154,8 +154,9 @@ def test_a_page_past_its_deadline_is_dropped_not_inferred():
     engine.gate.clear()
     batcher = started(engine, max_batch=1)
     first = batcher.submit(page(1), {})
-    late = batcher.submit(page(2), {}, deadline=time.monotonic() + 0.05)
-    time.sleep(0.1)  # the engine is held past the second page's deadline
+    deadline = time.monotonic() + 0.05
+    late = batcher.submit(page(2), {}, deadline=deadline)
+    wait_until(lambda: time.monotonic() > deadline, interval=0.01)  # the engine held past it
     engine.gate.set()
     assert first.result(5) == 1
     with pytest.raises(DeadlineExceeded):

@@ -5,7 +5,8 @@ import re
 
 from tests.conftest import REPO_ROOT
 
-CONFIG_SOURCES = ["services/ocr_worker/config.py", "gateway/config.py"]
+CONFIG_SOURCES = ["services/ocr_worker/config.py", "gateway/config.py",
+                  "services/ocr_api/server_settings.py"]
 ENV_READ = re.compile(
     r'env\.(?:str|optional_str|choice|int|float|bool|list|secrets)\(\s*"([A-Z_]+)"')
 SECRET_FILE_READ = re.compile(r'env\.secrets\(\s*"[A-Z_]+",\s*"([A-Z_]+)"')

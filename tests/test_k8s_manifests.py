@@ -23,8 +23,10 @@ REPO = Path(__file__).resolve().parents[1]
 DOCKER = REPO / "deploy" / "docker"
 
 WORKER, GATEWAY = "ocr-worker", "ocr-gateway"
-WORKER_CODE = ("services/ocr_worker/config.py", "services/ocr_worker/gunicorn.conf.py")
-GATEWAY_CODE = ("gateway/config.py", "gateway/gunicorn.conf.py")
+WORKER_CODE = ("services/ocr_worker/config.py", "services/ocr_worker/gunicorn.conf.py",
+               "services/ocr_api/server_settings.py")
+GATEWAY_CODE = ("gateway/config.py", "gateway/gunicorn.conf.py",
+                "services/ocr_api/server_settings.py")
 WORKER_GUNICORN, GATEWAY_GUNICORN = WORKER_CODE[1], GATEWAY_CODE[1]
 # Variables the manifests or images set for libraries, not for our config code.
 THIRD_PARTY_ENV = {"CUDA_CACHE_PATH", "XDG_CACHE_HOME", "MPLCONFIGDIR", "PATH", "PYTHONPATH",

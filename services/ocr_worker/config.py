@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
+from services.ocr_api.server_settings import ServerSettings
 from services.ocr_api.settings import ConfigError, Env
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -158,51 +159,34 @@ def _first_existing(paths) -> str | None:
 
 
 @dataclass(frozen=True)
-class WorkerServerSettings:
-    """gunicorn's side of the worker (read by gunicorn.conf.py)."""
+class WorkerServerSettings(ServerSettings):
+    """gunicorn's side of the worker (read by gunicorn.conf.py): one process per device, HTTP
+    threads enough for the admission queue plus spares (a full queue is answered 503 at once)."""
 
-    host: str = "127.0.0.1"
     port: int = 8101
     processes: int = 1  # one per device
     instances_per_device: int = 1  # engine processes sharing each device
     instance_threads: int = 1  # OCR_THREADS (the device's cores) split between them
-    http_threads: int = 48
-    heartbeat_timeout_s: int = 120
-    graceful_timeout_s: int = 120
-    keepalive_s: int = 75
     devices: tuple[str, ...] = ()
-    metrics_port: int | None = None  # a second bind, for /metrics only
-
-    @property
-    def binds(self) -> list[str]:
-        ports = [self.port] + ([self.metrics_port] if self.metrics_port else [])
-        return [f"{self.host}:{port}" for port in ports]
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> "WorkerServerSettings":
         env = Env(environ)
         config = WorkerConfig.from_env(environ)
-        queue_size = config.queue_size
         d = cls()
         instances = env.int("OCR_INSTANCES_PER_DEVICE", d.instances_per_device, 1, 64)
-        settings = cls(
-            host=env.str("HOST", d.host),
-            port=env.int("PORT", d.port, 1, 65535),
+        return cls(
+            **cls.shared_fields(env),
+            graceful_timeout_s=env.int("OCR_GRACEFUL_TIMEOUT_S", d.graceful_timeout_s, 1),
             # not WORKERS: `make run WORKERS=N` (the fleet size) exports that to every worker
             processes=env.int("OCR_PROCESSES", d.processes, 1, 64),
             instances_per_device=instances,
             instance_threads=max(1, config.threads // instances),
             # enough for every admitted request plus spares that answer 503 and health checks
-            http_threads=env.int("HTTP_THREADS", queue_size + 16, 2, 1024),
-            heartbeat_timeout_s=env.int("GUNICORN_TIMEOUT_S", d.heartbeat_timeout_s, 10),
-            graceful_timeout_s=env.int("OCR_GRACEFUL_TIMEOUT_S", d.graceful_timeout_s, 1),
-            keepalive_s=env.int("HTTP_KEEPALIVE_S", d.keepalive_s, 1),
+            http_threads=env.int("HTTP_THREADS", config.queue_size + 16, 2, 1024),
             devices=tuple(env.list("CUDA_VISIBLE_DEVICES_LIST")),
             metrics_port=config.metrics_port,
-        )
-        if settings.metrics_port == settings.port:
-            raise ConfigError("OCR_METRICS_PORT must differ from PORT")
-        return settings
+        ).checked("OCR_METRICS_PORT")
 
     @property
     def gunicorn_workers(self) -> int:

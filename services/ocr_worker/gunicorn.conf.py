@@ -17,27 +17,14 @@ from services.ocr_worker.config import WorkerServerSettings
 _settings = WorkerServerSettings.from_env()
 _host, _port = _settings.host, _settings.port
 
-bind = _settings.binds  # the service port, and the metrics port when one is set
-workers = _settings.gunicorn_workers
+# bind (the service port, and the metrics port when one is set), workers, threads, timeouts;
+# the gthread timeout is a heartbeat, so a slow page (OCR_REQUEST_TIMEOUT_S bounds it) never
+# gets the process killed; no preload: the engine is created after fork, in each process
+globals().update(_settings.gunicorn_settings("ocr-worker"))
 # OCR_INSTANCES_PER_DEVICE=K: K engine processes share each device (a GPU, or the cores given
 # to this worker) behind this one port; OCR_THREADS is the device's threads, split between them.
 if _settings.instances_per_device > 1:
     os.environ["OCR_THREADS"] = str(_settings.instance_threads)
-worker_class = "gthread"
-threads = _settings.http_threads
-# gthread's timeout is a heartbeat of the worker's main loop, not a per-request limit (that is
-# OCR_REQUEST_TIMEOUT_S), so a slow page never gets the process killed.
-timeout = _settings.heartbeat_timeout_s
-graceful_timeout = _settings.graceful_timeout_s
-keepalive = _settings.keepalive_s  # longer than nginx's upstream keepalive_timeout
-preload_app = False  # the engine must be created after fork, in each worker process
-accesslog = None
-errorlog = "-"
-loglevel = "warning"
-proc_name = f"ocr-worker-{_port}"
-# No control socket (gunicorn >= 25.1 opens one in $HOME/.gunicorn by default): nothing uses
-# it, every master on a host would share that path, and a read-only root has no room for it.
-control_socket_disable = True
 
 # Prometheus multiprocess mode: set before prometheus_client is imported by the app (wiped here
 # in the master at start).
@@ -97,7 +84,7 @@ def post_worker_init(worker):
 def worker_exit(server, worker):
     service = worker.wsgi.extensions.get("ocr_service") if getattr(worker, "wsgi", None) else None
     if service is not None:
-        service.shutdown(timeout=graceful_timeout)
+        service.shutdown(timeout=_settings.graceful_timeout_s)
 
 
 def child_exit(server, worker):
