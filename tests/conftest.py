@@ -49,11 +49,11 @@ def pytest_collection_modifyitems(config, items):
 
 
 def group_for_xdist(items) -> None:
-    """pyproject runs the suite on 4 pytest processes (`--dist loadgroup`), test by test,
-    except for groups that must share one process: every real-engine test goes to one group
-    (one engine worker for the session, as in a serial run), and the tests of a module that
-    share a module-scoped fixture (a fleet, a browser) stay together. A test module that
-    needs its tests kept together for another reason says so with an xdist_group mark."""
+    """pyproject runs the suite on 4 pytest processes (`--dist loadgroup`); a group's tests
+    share one. Every real-engine test goes to one group, so that one engine worker serves
+    them all as in a serial run, in whatever module they are; the other tests are grouped by
+    module (they share its module-scoped fixtures: a fleet, a browser). A test that can run
+    apart from its module (a long one with a fleet of its own) names its own xdist_group."""
     engine_modules = {item.module for item in items if item.get_closest_marker("engine")}
     for item in items:
         if item.get_closest_marker("xdist_group"):
@@ -61,7 +61,7 @@ def group_for_xdist(items) -> None:
         if item.get_closest_marker("engine") or (
                 item.module in engine_modules and _uses_module_fixture(item)):
             item.add_marker(pytest.mark.xdist_group("engine"))
-        elif _uses_module_fixture(item):
+        else:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
 
 

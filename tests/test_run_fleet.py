@@ -29,6 +29,7 @@ AS_FOREGROUND_JOB = [sys.executable, "-c", "import os, signal, sys; "
 
 FLEET_ENV = {"PYTHONPATH": str(REPO_ROOT), "OCR_ENGINE": "sim", "OCR_SIM_PAGE_MS": "20",
              "OCR_WARMUP": "false", "GATEWAY_HEALTH_INTERVAL_S": "0.2",
+             "GATEWAY_PROCESSES": "1", "OCR_VISUALIZE": "false",
              # what `make run WORKERS=2` exports to everything it starts
              "WORKERS": "2"}
 
