@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import random
 
+import gevent
 from locust import HttpUser, between, events, task
 
 from loadtest.checks import answer_problem
@@ -38,6 +39,9 @@ def documents():
 @events.init.add_listener
 def _generate_documents(environment, **_kwargs):
     documents()  # once, before any user starts, so generation never shows up as latency
+    # gevent's clock only moves when its loop runs: without this, --run-time (started next)
+    # would count from before the generation, and on a busy machine end before any request
+    gevent.sleep(0)
 
 
 def send_checked(user: HttpUser, payload: Payload, label: str) -> None:

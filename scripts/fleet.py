@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from scripts import warmstart
 from scripts.lifecycle import parent_death_preexec
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -78,13 +79,17 @@ class ManagedProcess:
     env: dict[str, str] = field(default_factory=dict)
     ready_url: str | None = None
     log_path: Path | None = None
-    process: subprocess.Popen | None = None
+    process: subprocess.Popen | warmstart.WarmProcess | None = None
     # SIGTERM to the child when the launcher dies, even by SIGKILL (`make run`; see lifecycle)
     die_with_parent: bool = False
     ready_probe: Callable[[], bool] | None = None  # instead of ready_url (not HTTP)
 
     def start(self) -> "ManagedProcess":
         env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **self.env}
+        if warmstart.enabled() and self.cmd[0] == str(BIN / "gunicorn") \
+                and not self.die_with_parent:
+            self.process = warmstart.start(self.cmd, env, REPO_ROOT, self.log_path)
+            return self
         stdout = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         preexec = parent_death_preexec() if self.die_with_parent else None
         self.process = subprocess.Popen(self.cmd, cwd=REPO_ROOT, env=env, stdout=stdout,
@@ -131,10 +136,11 @@ class ManagedProcess:
         return True
 
     def group_alive(self) -> bool:
-        """Some process of the group still exists (signal 0 only checks)."""
+        """Some process of the group still runs (signal 0 only checks; a zombie does not
+        count)."""
         if self.process is not None:
             self.process.poll()  # reap the leader, so a zombie leader does not count
-        return self.signal_group(0)
+        return self.signal_group(0) and _runs_in_group(self.process.pid)
 
     def stop(self, timeout: float = 15.0) -> int | None:
         """SIGTERM to the group; SIGKILL to whatever is left after `timeout`; returns when the
@@ -153,6 +159,26 @@ class ManagedProcess:
             return self.process.wait(1)
         except subprocess.TimeoutExpired:
             return None
+
+
+def _runs_in_group(pgid: int) -> bool:
+    """A process of the group that is not a zombie exists. Processes whose leader was killed
+    are reaped by init, which in some containers does it only every second or two: signal 0
+    still reaches their zombies, and a stop would wait for them."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return True
+    for entry in filter(str.isdigit, entries):
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        state, _ppid, group = stat[stat.rindex(")") + 2:].split()[:3]
+        if int(group) == pgid and state != "Z":
+            return True
+    return False
 
 
 class Interrupted(Exception):

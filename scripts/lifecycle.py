@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import select
 import signal
 import sys
 import threading
@@ -24,11 +25,19 @@ _PR_SET_PDEATHSIG = 1
 
 
 class StopRequest:
-    """Set by the first stop signal (later ones change nothing); `reason` names it."""
+    """Set by the first stop signal (later ones change nothing); `reason` names it.
+
+    The handler takes no lock: it sets a flag and writes a byte to a pipe that `wait` selects
+    on. (A threading.Event deadlocks here: a second signal landing while the first handler's
+    `set()`, or the main thread's `wait()`, holds the Event's lock runs a handler that waits
+    for that lock in the same thread forever. SIGTERM to `make run`'s process group does just
+    that: make dies of it and the parent-death SIGTERM follows at once.)"""
 
     def __init__(self) -> None:
-        self.event = threading.Event()
         self.reason: str | None = None
+        self._set = False
+        self._read, self._write = os.pipe()  # not inherited by children (PEP 446)
+        os.set_blocking(self._write, False)
 
     def install(self, signals=STOP_SIGNALS) -> "StopRequest":
         """Handle `signals`, except those ignored when we started (`nohup` ignores SIGHUP, a
@@ -42,15 +51,21 @@ class StopRequest:
         self.request(signal.Signals(signum).name)
 
     def request(self, reason: str) -> None:
-        if self.reason is None:
-            self.reason = reason
-        self.event.set()
+        if not self._set:
+            self.reason, self._set = reason, True
+        try:
+            os.write(self._write, b"!")
+        except BlockingIOError:  # the pipe is full of earlier requests: wait wakes anyway
+            pass
 
     def is_set(self) -> bool:
-        return self.event.is_set()
+        return self._set
 
     def wait(self, seconds: float) -> bool:
-        return self.event.wait(seconds)
+        """Until a stop is requested or `seconds` have passed; whether one was."""
+        if not self._set:
+            select.select([self._read], [], [], seconds)
+        return self._set
 
 
 @contextlib.contextmanager

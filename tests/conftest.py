@@ -13,6 +13,7 @@ import pytest
 import requests
 
 from loadtest import documents
+from scripts import warmstart
 from scripts.fleet import free_port, worker_process
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -30,6 +31,11 @@ MODELS = REPO_ROOT / "models"
 # builds, so the suite writes it.
 sys.dont_write_bytecode = False
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+# The gunicorn servers the tests start are forked from a process that has imported their
+# libraries already (scripts/warmstart.py): the same servers, without about 0.5 CPU-s of imports
+# each, a hundred times per run. `make run` and the benchmarks start theirs cold.
+warmstart.enable()
 
 
 # Fixtures that start the real engine: a test using one is marked `engine` (so that
@@ -50,10 +56,16 @@ def pytest_collection_modifyitems(config, items):
 
 def group_for_xdist(items) -> None:
     """pyproject runs the suite on 4 pytest processes (`--dist loadgroup`); a group's tests
-    share one. Every real-engine test goes to one group, so that one engine worker serves
-    them all as in a serial run, in whatever module they are; the other tests are grouped by
-    module (they share its module-scoped fixtures: a fleet, a browser). A test that can run
-    apart from its module (a long one with a fleet of its own) names its own xdist_group."""
+    share one, and a test in no group goes wherever a process is free. Every real-engine test
+    goes to one group, so that one engine worker serves them all as in a serial run, in
+    whatever module they are; a test that uses a module-scoped fixture (a fleet, a browser)
+    is grouped with its module; a test that can run apart from its module (a long one with a
+    fleet of its own) names its own xdist_group.
+
+    The processes take groups and tests in collection order (`--no-loadscope-reorder`), so
+    the longest go first: the engine group, then what is marked `slow` (tests that start
+    servers), then the rest, which fill the gaps at the end. Without this the run ended on
+    one process working through the long modules while the others sat idle."""
     engine_modules = {item.module for item in items if item.get_closest_marker("engine")}
     for item in items:
         if item.get_closest_marker("xdist_group"):
@@ -61,8 +73,16 @@ def group_for_xdist(items) -> None:
         if item.get_closest_marker("engine") or (
                 item.module in engine_modules and _uses_module_fixture(item)):
             item.add_marker(pytest.mark.xdist_group("engine"))
-        else:
+        elif _uses_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+    items.sort(key=_longest_first)
+
+
+def _longest_first(item) -> int:
+    group = item.get_closest_marker("xdist_group")
+    if group and group.args[0] == "engine":
+        return 0
+    return (1 if item.get_closest_marker("slow") else 3) + (0 if group else 1)
 
 
 def pytest_collection_finish(session):

@@ -15,6 +15,8 @@ from loadtest import (bench_all, bench_engine, bench_overload, bench_scaling, be
                       local_fleet, procstats, report)
 from scripts.fleet import REPO_ROOT
 
+pytestmark = pytest.mark.slow  # starts servers: scheduled first (tests/conftest.py)
+
 SCALING_KEYS = {"engine", "service_ms", "replicas", "pages_per_s", "efficiency", "pdf_pages",
                 "pdf_latency_s"}
 

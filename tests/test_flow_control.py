@@ -328,6 +328,7 @@ def test_a_cancelled_document_sends_none_of_its_queued_pages(run_scheduler):
     assert len(client.calls) == 4
 
 
+@pytest.mark.slow
 def test_a_queued_page_past_its_deadline_is_not_sent(run_scheduler):
     gate = threading.Event()
     scheduler, client = run_scheduler(lambda url, page, n: 200 if gate.wait(10) else 200)

@@ -20,6 +20,8 @@ from loadtest import documents
 from scripts.fleet import ManagedProcess, free_port, gateway_process, stop_all, worker_process
 from tests.conftest import wait_until
 
+pytestmark = pytest.mark.slow  # starts servers: scheduled first (tests/conftest.py)
+
 SIM = {"OCR_ENGINE": "sim", "OCR_SIM_PAGE_MS": "20", "OCR_QUEUE_SIZE": "1",
        "OCR_VISUALIZE": "false"}  # the fleet, not drawing: most of a sim page's CPU
 

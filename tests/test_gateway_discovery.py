@@ -12,6 +12,8 @@ from loadtest import documents
 from scripts.fleet import free_port, stop_all, worker_process
 from tests.conftest import b64, wait_until
 
+pytestmark = pytest.mark.slow  # starts servers: scheduled first (tests/conftest.py)
+
 SIM = {"OCR_ENGINE": "sim", "OCR_VISUALIZE": "false", "OCR_SIM_PAGE_MS": "50"}
 
 

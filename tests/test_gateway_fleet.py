@@ -19,6 +19,8 @@ from loadtest import documents
 from scripts.fleet import free_port, gateway_process, stop_all, worker_process
 from tests.conftest import all_text, b64, post_ocr, wait_until
 
+pytestmark = pytest.mark.slow  # starts servers: scheduled first (tests/conftest.py)
+
 REAL = {"OCR_THREADS": "1"}
 ENGINE_FIXTURES = {"fleet"}  # real workers: tests using it are marked engine (conftest)
 

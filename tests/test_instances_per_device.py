@@ -8,10 +8,13 @@ import runpy
 import time
 from types import SimpleNamespace
 
+import pytest
 import requests
 
 from scripts.fleet import free_port, worker_process
 from services.ocr_worker.config import WorkerServerSettings
+
+pytestmark = pytest.mark.slow  # starts servers: scheduled first (tests/conftest.py)
 
 GUNICORN_CONF = "services/ocr_worker/gunicorn.conf.py"
 

@@ -36,6 +36,8 @@ from scripts.fleet import (free_port, gateway_process, http_status, redis_proces
 from tests import conftest
 from tests.test_jobs_callbacks import Receiver
 
+pytestmark = pytest.mark.slow  # starts servers: scheduled first (tests/conftest.py)
+
 SECRET = "fleet-test-secret-0123456789abcdef"
 PAGES = 40
 wait_until = functools.partial(conftest.wait_until, timeout=60.0)

@@ -175,6 +175,7 @@ def is_gpu_target(target: str) -> bool:
 
 
 # ---- validation -----------------------------------------------------------------------------
+@pytest.mark.slow
 def test_every_overlay_renders_and_validates(report):
     assert not report.errors, "\n" + validate.format_report(report)
     assert set(report.renders) == set(TARGETS)

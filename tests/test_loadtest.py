@@ -206,7 +206,7 @@ def test_run_locust_settings_from_environment():
     assert "--headless" in command and "--csv" in command and "--html" in command
 
 
-def _run_locust(host: str, results, duration: str = "8s") -> tuple[int, dict[str, dict]]:
+def _run_locust(host: str, results, duration: str = "4s") -> tuple[int, dict[str, dict]]:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HOST": host, "USERS": "4",
            "SPAWN_RATE": "4", "DURATION": duration, "RESULTS_DIR": str(results),
            "LOCUST_LONG_PAGES": "6", "LOCUST_MIXED_PAGES": "6"}
@@ -217,6 +217,7 @@ def _run_locust(host: str, results, duration: str = "8s") -> tuple[int, dict[str
     return code, stats
 
 
+@pytest.mark.slow
 def test_locust_marks_wrong_answers_as_failures(fake_ocr, tmp_path):
     host = fake_ocr(pdf_answer(["only one page"]))  # wrong for every request Locust sends
     code, stats = _run_locust(host, tmp_path)
@@ -228,6 +229,7 @@ def test_locust_marks_wrong_answers_as_failures(fake_ocr, tmp_path):
     assert (tmp_path / "locust_failures.csv").read_text().count("/ocr") >= 1
 
 
+@pytest.mark.slow
 def test_locust_against_a_sim_worker_passes(tmp_path):
     port = free_port()
     worker = worker_process(port, {"OCR_ENGINE": "sim", "OCR_SIM_PAGE_MS": "5",

@@ -16,7 +16,7 @@ from scripts.fleet import (ManagedProcess, free_port, gateway_process, http_stat
                            worker_process)
 from tests.conftest import b64, post_ocr
 
-pytestmark = [pytest.mark.nginx,
+pytestmark = [pytest.mark.nginx, pytest.mark.slow,
               pytest.mark.skipif(nginx.find_nginx() is None,
                                  reason="nginx is not installed (.ci/run installs it)")]
 SIM = {"OCR_ENGINE": "sim", "OCR_VISUALIZE": "false", "OCR_SIM_PAGE_MS": "60"}

@@ -20,6 +20,8 @@ from loadtest import documents
 from scripts.fleet import REPO_ROOT, free_port, free_port_block, http_status, port_is_taken
 from tests.conftest import b64
 
+pytestmark = pytest.mark.slow  # starts servers: scheduled first (tests/conftest.py)
+
 # A terminal's Ctrl-C reaches a foreground job whose SIGINT is at its default action. A test
 # run started in the background by a shell without job control inherits SIGINT ignored, and
 # the launcher rightly keeps it ignored (as for `nohup`), so the fleet is started with it reset.

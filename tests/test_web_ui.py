@@ -28,8 +28,9 @@ from scripts.browser import chromium, chromium_missing
 from scripts.fleet import free_port, stop_all
 from scripts.ui_screenshots import start_fleet
 
-pytestmark = pytest.mark.skipif(chromium_missing() is not None,
-                                reason=chromium_missing() or "chromium is here")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(chromium_missing() is not None,
+                                 reason=chromium_missing() or "chromium is here")]
 
 PAGE_TIMEOUT_MS = 10_000
 OCR_TIMEOUT_MS = 240_000

@@ -15,6 +15,8 @@ from loadtest import documents
 from scripts.fleet import free_port, http_status, worker_process
 from tests.conftest import b64, wait_until
 
+pytestmark = pytest.mark.slow  # starts servers: scheduled first (tests/conftest.py)
+
 PNG = b64(documents.to_png(documents.text_image(["x"])))
 
 

@@ -8,11 +8,14 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
 import requests
 
 from loadtest import documents, procstats
 from scripts.fleet import free_port, worker_process
 from tests.conftest import b64
+
+pytestmark = pytest.mark.slow  # starts servers: scheduled first (tests/conftest.py)
 
 PNG = b64(documents.to_png(documents.text_image(["recycle"])))
 
