@@ -247,7 +247,7 @@ def test_a_job_survives_sigkill_of_its_gateway_every_page_once_in_order(
 @pytest.fixture(scope="module")
 def gateway(fleet):
     env = gateway_env(fleet, GATEWAY_REDIS_URL=fleet["redis_url"],
-                      GATEWAY_JOBS_MAX_ACTIVE="2", GATEWAY_JOBS_RESULT_TTL_S="6")
+                      GATEWAY_JOBS_MAX_ACTIVE="2", GATEWAY_JOBS_RESULT_TTL_S="3")
     process = start_gateway(fleet, env, "api")
     yield process
     process.stop()

@@ -14,11 +14,24 @@ from PIL import Image
 from gateway.config import DEFAULT_PDF_FONTS, GatewayConfig
 from gateway.outputs import JSON, NDJSON, PDF, TEXT, ZIP, fonts, negotiate
 from gateway.outputs.layout import Line, PageText, document_pages, page_lines
-from gateway.outputs.pdf import placement_matrix, searchable_pdf
 from gateway.outputs.text import document_text, rows
 from loadtest import documents
 from services.ocr_api.errors import ApiError
 from tests import pdfcheck
+
+
+# gateway.outputs.pdf imported on first use, as the gateway does: fpdf2 takes 0.4 s to import,
+# in every pytest process that collects this module, whether or not it runs these tests.
+def searchable_pdf(*args):
+    from gateway.outputs.pdf import searchable_pdf as build
+
+    return build(*args)
+
+
+def placement_matrix(*args):
+    from gateway.outputs.pdf import placement_matrix as matrix
+
+    return matrix(*args)
 
 
 def rect(x0, y0, x1, y1):

@@ -37,7 +37,7 @@ log = logging.getLogger("gateway.jobs")
 
 POLL_S = 0.5  # how often an idle runner looks for due jobs in the shared store
 CANCEL_CHECK_S = 0.5  # how often a running job checks that it was not cancelled elsewhere
-PURGE_EVERY_S = 10.0
+PURGE_EVERY_S = 10.0  # at most; with a shorter result TTL, once per TTL
 RETRY_BUSY_S = 5.0  # a job whose pages the gateway's queue refused (429/503) is tried again
 
 
@@ -149,7 +149,7 @@ class JobRunner:
     def run_once(self) -> bool:
         """Take one due job and work on it; False when none was due."""
         now = time.time()
-        if now - self._last_purge > PURGE_EVERY_S:
+        if now - self._last_purge > min(PURGE_EVERY_S, self.config.result_ttl_s):
             self._last_purge = now
             self.store.purge_expired(now)
         started = time.monotonic()
