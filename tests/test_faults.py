@@ -150,6 +150,7 @@ def test_kill_hang_and_slow_replicas_lose_no_page(processes, tmp_path):
     assert served(urls[2]) > before
 
 
+@pytest.mark.nginx
 @pytest.mark.skipif(nginx.find_nginx() is None, reason="nginx is not installed")
 def test_a_dead_worker_and_an_nginx_reload_behind_the_balancer_lose_no_page(
         processes, tmp_path):

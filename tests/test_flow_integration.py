@@ -83,7 +83,7 @@ def texts(body):
     return [page["prunedResult"]["rec_texts"][0] for page in body["result"]["ocrResults"]]
 
 
-@pytest.mark.parametrize("mode", ["nginx", "list"])
+@pytest.mark.parametrize("mode", [pytest.param("nginx", marks=pytest.mark.nginx), "list"])
 def test_long_pdfs_at_once_on_busy_workers_all_come_back_in_order(mode, processes, tmp_path):
     """The load that failed every document before: more pages at once than the workers admit
     (each admits one request), so workers answer 503 all the time. Busy is not down: every
