@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from scripts.fleet import group_members
+
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -37,16 +39,8 @@ def children(pid: int) -> list[int]:
 
 
 def group_pids(pgid: int) -> list[int]:
-    """Every live process in a process group (scripts/fleet.py starts each service in its own)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if int(_stat_fields(int(entry.name))[2]) == pgid:
-                    found.append(int(entry.name))
-            except (OSError, ValueError, IndexError):
-                continue
-    return sorted(found)
+    """Every process in a process group (scripts/fleet.py starts each service in its own)."""
+    return sorted(pid for pid, _state in group_members(pgid))
 
 
 def cpu_seconds(pids: list[int]) -> float:

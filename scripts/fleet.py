@@ -161,24 +161,30 @@ class ManagedProcess:
             return None
 
 
+def group_members(pgid: int) -> list[tuple[int, str]]:
+    """(pid, state) of every process in group `pgid`, read from /proc (state "Z": a zombie).
+    OSError where there is no /proc."""
+    members = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as handle:
+                stat = handle.read()
+        except OSError:  # gone meanwhile
+            continue
+        state, _ppid, group = stat[stat.rindex(")") + 2:].split()[:3]
+        if int(group) == pgid:
+            members.append((int(entry), state))
+    return members
+
+
 def _runs_in_group(pgid: int) -> bool:
     """A process of the group that is not a zombie exists. Processes whose leader was killed
     are reaped by init, which in some containers does it only every second or two: signal 0
     still reaches their zombies, and a stop would wait for them."""
     try:
-        entries = os.listdir("/proc")
+        return any(state != "Z" for _, state in group_members(pgid))
     except OSError:
         return True
-    for entry in filter(str.isdigit, entries):
-        try:
-            with open(f"/proc/{entry}/stat") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        state, _ppid, group = stat[stat.rindex(")") + 2:].split()[:3]
-        if int(group) == pgid and state != "Z":
-            return True
-    return False
 
 
 class Interrupted(Exception):

@@ -70,10 +70,11 @@ def group_for_xdist(items) -> None:
     for item in items:
         if item.get_closest_marker("xdist_group"):
             continue
-        if item.get_closest_marker("engine") or (
-                item.module in engine_modules and _uses_module_fixture(item)):
+        shares_fixture = _uses_module_fixture(item)
+        if item.get_closest_marker("engine") or (item.module in engine_modules
+                                                 and shares_fixture):
             item.add_marker(pytest.mark.xdist_group("engine"))
-        elif _uses_module_fixture(item):
+        elif shares_fixture:
             item.add_marker(pytest.mark.xdist_group(item.module.__name__))
     items.sort(key=_longest_first)
 

@@ -60,18 +60,19 @@ def start_gateway(processes, tmp_path, upstream, **env):
 
 
 def expected_texts(urls: list[str], pdf: bytes) -> list[str]:
-    """Each page's text as the workers read it without the gateway: a third of the pages
-    from each of three workers, at once."""
+    """Each page's text as the workers read it without the gateway: an equal share of the
+    pages from each worker, at once."""
     file = base64.b64encode(pdf).decode()
-    thirds = [(start + 1, min(start + 34, PAGES)) for start in range(0, PAGES, 34)]
+    share = -(-PAGES // len(urls))
+    ranges = [f"{first + 1}-{min(first + share, PAGES)}" for first in range(0, PAGES, share)]
 
-    def read(url, pages):
-        body = requests.post(f"{url}/ocr", json={"file": file, "pageRange": "%d-%d" % pages},
+    def read(url, page_range):
+        body = requests.post(f"{url}/ocr", json={"file": file, "pageRange": page_range},
                              timeout=120).json()
         return [page["prunedResult"]["rec_texts"][0] for page in body["result"]["ocrResults"]]
 
-    with ThreadPoolExecutor(len(thirds)) as pool:
-        return [text for part in pool.map(read, urls, thirds) for text in part]
+    with ThreadPoolExecutor(len(urls)) as pool:
+        return [text for part in pool.map(read, urls, ranges) for text in part]
 
 
 def stream_with_faults(gateway: str, pdf: bytes, faults: dict[int, callable]) -> list[dict]:
