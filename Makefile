@@ -12,6 +12,7 @@ WORKERS ?= 2
 export PYTHONPATH := $(CURDIR)
 
 .PHONY: install system-deps models run worker test test-fast bench bench-scaling bench-overload \
+	bench-fleet \
 	bench-accuracy bench-paddlex loadtest k8s-validate screenshots lock audit container-deps \
 	images image-test image-smoke clean
 
@@ -61,6 +62,10 @@ bench-scaling: install
 
 bench-overload: install
 	$(PY) -m loadtest.bench_overload
+
+# 16-128 sim replicas behind nginx, as a list and a DNS name, 1-4 gateways (docs/capacity.md)
+bench-fleet: install
+	$(PY) -m loadtest.bench_fleet
 
 bench-accuracy: install
 	$(PY) -m loadtest.bench_accuracy

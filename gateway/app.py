@@ -12,6 +12,7 @@ from typing import Callable
 from flask import Flask, Response, g, request, stream_with_context
 
 from services.flask_common import create_service_app, outcome_of, read_ocr_fields
+from services.ocr_api.headers import NUM_PAGES
 from services.ocr_api.logs import current_log_id
 
 from . import metrics, outputs, web
@@ -58,7 +59,7 @@ def create_app(config: GatewayConfig | None = None, resolver=None, start: bool =
 
         response = Response(stream_with_context(lines()), mimetype=outputs.NDJSON)
         if plan.kind in ("pdf", "tiff"):
-            response.headers["X-Num-Pages"] = str(plan.num_pages)  # totals before page 1
+            response.headers[NUM_PAGES] = str(plan.num_pages)  # totals before page 1
         return response
 
     install_jobs(app, config, service, start=start)

@@ -35,8 +35,7 @@ class GatewayConfig:
     max_inflight: int = 256
     queue_pages: int = 1000  # pages admitted and not yet done, per gateway process
     queue_bytes: int = 512 * 1024 * 1024  # document bytes held for admitted documents
-    replica_target: int = 2  # requests admitted at one worker that keep it busy
-    replica_max_inflight: int = 64  # ceiling of one replica's (a load balancer's) limit
+    replica_target: float = 2.0  # pages a worker holds when it does not say (gateway.fleet)
     retry_budget_ratio: float = 0.2
     retry_budget_min: int = 10
     page_timeout_s: float = 300.0
@@ -73,9 +72,7 @@ class GatewayConfig:
             max_inflight=env.int("GATEWAY_MAX_INFLIGHT", d.max_inflight, 1, 65536),
             queue_pages=env.int("GATEWAY_QUEUE_PAGES", d.queue_pages, 1),
             queue_bytes=env.int("GATEWAY_QUEUE_BYTES", d.queue_bytes, 1024),
-            replica_target=env.int("GATEWAY_REPLICA_TARGET", d.replica_target, 1, 1024),
-            replica_max_inflight=env.int("GATEWAY_REPLICA_MAX_INFLIGHT",
-                                         d.replica_max_inflight, 1, 65536),
+            replica_target=env.float("GATEWAY_REPLICA_TARGET", d.replica_target, 1, 1024),
             retry_budget_ratio=env.float("GATEWAY_RETRY_BUDGET_RATIO", d.retry_budget_ratio, 0),
             retry_budget_min=env.int("GATEWAY_RETRY_BUDGET_MIN", d.retry_budget_min, 0),
             page_timeout_s=env.float("GATEWAY_PAGE_TIMEOUT_S", d.page_timeout_s, 1),

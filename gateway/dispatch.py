@@ -1,7 +1,7 @@
 """Talking to one replica: POST one chunk's /ocr body with timeouts always, the caller's
-remaining time in `X-Deadline-Ms` (the worker drops pages nobody waits for any more), and the
-answer classified once (gateway.outcome). No retries here: whether and where to try again is
-the scheduler's decision (gateway.scheduler)."""
+remaining time in `X-Deadline-Ms` (the worker drops pages nobody waits for any more) and the
+fleet board (gateway.fleet), and the answer classified once (gateway.outcome). No retries
+here: whether and where to try again is the scheduler's decision (gateway.scheduler)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,16 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Mapping
 
 import urllib3
 from urllib3.exceptions import HTTPError as TransportError
 from urllib3.exceptions import TimeoutError as TransportTimeout
 
+from services.ocr_api import headers as h
+
 from . import metrics
+from .fleet import FleetView
 from .outcome import Outcome, classify
 from .upstreams import Replica
 
@@ -32,7 +35,7 @@ class DispatchSettings:
 @dataclass
 class Attempt:
     """One attempt's answer: the outcome, the HTTP status (None: no answer), the parsed body,
-    and what the worker said about its room and when to come back."""
+    and what the worker said: its room, when to come back, its id and its fleet board."""
 
     outcome: Outcome
     status: int | None
@@ -41,33 +44,39 @@ class Attempt:
     capacity: int | None = None
     free: int | None = None
     retry_after_s: float | None = None
+    worker: str | None = None
+    board: str | None = None
 
 
 def make_pool(maxsize: int) -> urllib3.PoolManager:
     return urllib3.PoolManager(num_pools=256, maxsize=maxsize, block=False, retries=False)
 
 
-def probe_ready(pool: urllib3.PoolManager, url: str, timeout_s: float = 1.5,
-                headers: dict[str, str] | None = None) -> bool:
+def probe_ready(pool: urllib3.PoolManager, url: str, headers: Mapping[str, str],
+                timeout_s: float = 1.5) -> tuple[bool, Mapping[str, str]]:
+    """(ready, the answer's headers) of GET /readyz."""
     try:
         response = pool.request("GET", f"{url}/readyz", timeout=timeout_s, retries=False,
-                                headers=headers)
-        return response.status == 200
+                                headers=dict(headers))
+        return response.status == 200, response.headers
     except TransportError:
-        return False
+        return False, {}
 
 
 class ReplicaClient:
-    def __init__(self, pool: urllib3.PoolManager, settings: DispatchSettings):
+    def __init__(self, pool: urllib3.PoolManager, settings: DispatchSettings,
+                 fleet: FleetView):
         self.pool = pool
         self.settings = settings
+        self.fleet = fleet
 
     def post(self, replica: Replica, body: bytes, *, log_id: str, deadline: float) -> Attempt:
         remaining = deadline - time.monotonic()
         timeout = urllib3.Timeout(connect=min(self.settings.connect_timeout_s, remaining),
                                   read=min(self.settings.page_timeout_s, remaining))
-        headers = {"Content-Type": "application/json", "X-Log-Id": log_id,
-                   "X-Deadline-Ms": str(max(1, int(remaining * 1000))), **self.settings.headers}
+        headers = {"Content-Type": "application/json", h.LOG_ID: log_id,
+                   h.DEADLINE_MS: str(max(1, int(remaining * 1000))), **self.settings.headers,
+                   **self.fleet.outgoing()}
         metrics.REPLICA_INFLIGHT.labels(replica.url).inc()
         started = time.monotonic()
         try:
@@ -83,14 +92,11 @@ class ReplicaClient:
         status = response.status
         return Attempt(classify(status), status, payload,
                        payload.get("errorMsg") or f"{replica.url} answered HTTP {status}",
-                       capacity=_int_header(response, "X-Ocr-Capacity"),
-                       free=_int_header(response, "X-Ocr-Free"),
-                       retry_after_s=_int_header(response, "Retry-After"))
-
-
-def _int_header(response, name: str) -> int | None:
-    value = response.headers.get(name)
-    return int(value) if value and value.isdigit() and len(value) < 10 else None
+                       capacity=h.int_header(response.headers, h.CAPACITY),
+                       free=h.int_header(response.headers, h.FREE),
+                       retry_after_s=h.int_header(response.headers, "Retry-After"),
+                       worker=response.headers.get(h.WORKER),
+                       board=response.headers.get(h.BOARD))
 
 
 def _json_or_empty(data: bytes) -> dict[str, Any]:

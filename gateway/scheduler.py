@@ -98,6 +98,11 @@ class Document:
         self._cut_lock = threading.Lock()  # the cutter is used or closed under it
 
     # ---- scheduler side ----------------------------------------------------------------------
+    def has_queued(self) -> bool:
+        """Chunks still to send (now or after a backoff): what makes it count in the fleet's
+        shares (gateway.fleet)."""
+        return not self.stopped and (self.next_position < self.num_chunks or bool(self.pending))
+
     def sendable(self, now: float) -> bool:
         if self.stopped:
             return False
@@ -184,15 +189,17 @@ class FairQueue:
     def documents(self) -> list[Document]:
         return [doc for ring in self._rings.values() for doc in ring]
 
-    def pick(self, now: float) -> Document | None:
+    def pick(self, now: float, quota: int | None = None) -> Document | None:
         """The next document with a chunk to send now: of the first priority class that has
         one, the document with the fewest chunks in flight, ties in turn (it then moves to the
         back of its ring). So documents share the fleet's slots evenly, and a new document
-        (nothing in flight yet) gets the very next free slot."""
+        (nothing in flight yet) gets the very next free slot. A document already at `quota`
+        chunks in flight (its equal share of the whole fleet, gateway.fleet) waits: the room
+        another document leaves is not its to take."""
         for priority in PRIORITIES:
             ring = self._rings[priority]
             ready = [(doc.inflight, turn, doc) for turn, doc in enumerate(ring)
-                     if doc.sendable(now)]
+                     if doc.sendable(now) and (quota is None or doc.inflight < quota)]
             if ready:
                 doc = min(ready, key=lambda item: item[:2])[2]
                 ring.remove(doc)
@@ -266,6 +273,7 @@ class Scheduler:
         self.start()
         with self._cond:
             self.fair.add(doc)
+            self._tell_demand()
             self._cond.notify_all()
         return doc
 
@@ -278,6 +286,7 @@ class Scheduler:
             doc.stopped = doc.finished = True
             doc.pending.clear()
             self.fair.remove(doc)
+            self._tell_demand()
         doc.close_source()
         doc.on_finish(doc)
 
@@ -285,6 +294,15 @@ class Scheduler:
         with self._cond:
             doc.stopped = True
             doc.pending.clear()
+            self._tell_demand()
+
+    def _tell_demand(self) -> None:
+        """Under the lock: this process's weight in the fleet (gateway.fleet): its documents
+        with chunks still to send, and the chunks in flight of those with none left (they
+        hold a slot each, and no more)."""
+        docs = self.fair.documents()
+        self.replicas.set_demand(sum(1 for d in docs if d.has_queued()),
+                                 sum(d.inflight for d in docs if not d.has_queued()))
 
     def snapshot(self) -> dict[str, int]:
         with self._cond:
@@ -310,7 +328,10 @@ class Scheduler:
         """Under the lock: the next (document, chunk) to send, or None after waiting a while
         for room, a retry's time or a new document."""
         now = time.monotonic()
-        for doc in self.fair.expire(now):
+        expired = self.fair.expire(now)
+        if expired:
+            self._tell_demand()
+        for doc in expired:
             metrics.EXPIRED.inc()
             log.warning("deadline passed with pages queued; they are not sent",
                         extra={"logId": doc.log_id})
@@ -321,12 +342,14 @@ class Scheduler:
             wake = min(filter(None, (wake, self.replicas.next_change())), default=None)
             self._cond.wait(timeout=_until(wake, now, cap=1.0))
             return None
-        doc = self.fair.pick(now)
+        doc = self.fair.pick(now, self.replicas.document_quota())
         if doc is None:
             self._cond.wait(timeout=_until(wake, now, cap=5.0))
             return None
         task = doc.take(now)
         doc.inflight += 1
+        if not doc.has_queued():
+            self._tell_demand()
         return doc, task
 
     def _dispatch(self, doc: Document, task: Task) -> None:
@@ -360,8 +383,7 @@ class Scheduler:
         except Exception as exc:  # never lose a page to a bug in the send path
             log.exception("sending a chunk failed")
             attempt = Attempt(Outcome.FAILED, None, {}, f"gateway error: {type(exc).__name__}")
-        self.replicas.release(replica, attempt.outcome, attempt.capacity, attempt.free,
-                              attempt.retry_after_s)
+        self.replicas.release(replica, attempt)
         self._settle(doc, task, replica.url, attempt)
 
     def _settle(self, doc: Document, task: Task, url: str, attempt: Attempt) -> None:
@@ -415,13 +437,18 @@ class Scheduler:
             doc.inflight -= 1
             if not doc.finished:
                 task.not_before = time.monotonic() + delay
+                was_queued = doc.has_queued()
                 doc.put_back(task)
+                if not was_queued:
+                    self._tell_demand()
             self._cond.notify_all()
 
     def _settle_pages(self, doc: Document, task: Task, pages: list[PageOutcome]) -> None:
         with self._cond:
             doc.answers.put((task.position, pages))  # before inflight drops: see in_order
             doc.inflight -= 1
+            if not doc.has_queued():
+                self._tell_demand()
             self._cond.notify_all()
         self.on_pages_done(len(pages))
 

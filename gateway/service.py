@@ -33,7 +33,8 @@ from .config import GatewayConfig
 from .dispatch import DispatchSettings, ReplicaClient, make_pool, probe_ready
 from .scheduler import INTERACTIVE, Document, Scheduler, SchedulerSettings
 from .split import KIND_TIFF, Chunk, PdfCutter, TiffCutter, WholeFile, count_pages, group_pages
-from .upstreams import MODE_DNS, MODE_LIST, MODE_LOAD_BALANCER, LimitSettings, ReplicaSet
+from .fleet import FleetView
+from .upstreams import MODE_DNS, MODE_LIST, MODE_LOAD_BALANCER, Probe, ReplicaSet
 
 log = logging.getLogger("gateway")
 
@@ -59,10 +60,9 @@ class Plan:
         return PdfCutter(self.request.file_bytes)
 
 
-def build_replica_set(config: GatewayConfig, probe: Callable[[str], bool],
+def build_replica_set(config: GatewayConfig, probe: Probe, fleet: FleetView,
                       resolver=None) -> ReplicaSet:
-    options: dict[str, Any] = dict(probe=probe, eject_s=config.eject_s, limits=LimitSettings(
-        target=config.replica_target, max_limit=config.replica_max_inflight))
+    options: dict[str, Any] = dict(probe=probe, eject_s=config.eject_s, fleet=fleet)
     if resolver is not None:
         options["resolver"] = resolver
     if config.upstream_url:
@@ -78,15 +78,17 @@ class GatewayService:
         self.config = config
         self.pool = make_pool(maxsize=config.max_inflight)
         auth = worker_auth_headers(config)
+        self.fleet = FleetView(default_target=config.replica_target)
         self.replicas = build_replica_set(
-            config, lambda url: probe_ready(self.pool, url, headers=auth), resolver)
+            config, lambda url, headers: probe_ready(self.pool, url, {**auth, **headers}),
+            self.fleet, resolver)
         self.executor = ThreadPoolExecutor(config.max_inflight, thread_name_prefix="send")
         self.front = FrontDoor(config.queue_pages, config.queue_bytes)
         self.scheduler = Scheduler(
             self.replicas,
             ReplicaClient(self.pool, DispatchSettings(page_timeout_s=config.page_timeout_s,
                                                       connect_timeout_s=config.connect_timeout_s,
-                                                      headers=worker_auth_headers(config))),
+                                                      headers=auth), self.fleet),
             self.executor,
             SchedulerSettings(max_attempts=config.max_attempts, backoff_s=config.backoff_s),
             RetryBudget(config.retry_budget_ratio, config.retry_budget_min))
@@ -121,6 +123,7 @@ class GatewayService:
                       "inflightPages": queue["inflightChunks"] * self.config.pages_per_chunk,
                       "capacityPages": self.config.queue_pages},
             "pagesPerSecond": round(self.front.pages_per_second(), 3),
+            "share": self.fleet.status(),
         }
 
     # ---- stages ------------------------------------------------------------------------------

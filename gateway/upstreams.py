@@ -1,27 +1,34 @@
-"""Which replica gets the next page, and how many pages each may have outstanding.
+"""Which replica gets the next page, and how many pages this process keeps out.
 
 The replica set is one load-balancer URL (nginx, a ClusterIP Service), a fixed list of worker
-URLs, or a DNS name re-resolved periodically (a k8s headless Service). Each replica has an
-adaptive limit on the pages this gateway process keeps outstanding on it:
+URLs, or a DNS name re-resolved periodically (a k8s headless Service). How many pages this
+gateway process keeps outstanding follows the fleet (gateway.fleet): its share of the sum of
+the workers' targets (each worker says how many pages keep it busy), shared between gateway
+processes by their documents. So workers are kept just busy (about one page running,
+sometimes one waiting), everything beyond waits in the gateway's fair queue, where a 1-page
+request can overtake a 300-page one, and `kubectl scale` is room without configuration.
 
-- it grows (by 1/limit per answer, so by about one per round trip) while the worker behind it
-  reports spare room under `target` admitted requests (`X-Ocr-Capacity` / `X-Ocr-Free` on
-  every answer), or, for a worker that reports nothing, on every answer;
-- it holds once the worker has about `target` requests admitted, and shrinks by one step when
-  it has more (other gateway processes share it);
-- it halves on a 503/429 (busy: backpressure, never a failure) and the replica gets a short,
-  growing pause; a busy answer never ejects.
+Behind one load balancer, the balancer spreads the pages (nginx `least_conn`). With a list
+or DNS name the gateway picks: the replica whose worker had the fewest pages when it last
+answered (X-Ocr-Capacity minus X-Ocr-Free, on every answer and probe), counting what this
+process sent it since, never more of its own there than the worker's target; among equals,
+the one heard from last. So a page goes first where this process's last page just finished
+(what it knows best), gateways keep to the workers they already use instead of piling onto
+one that looked empty a while ago, and a worker another gateway leaves shows as empty at its
+next probe. A ready replica that answered a page within three health intervals is not
+probed (its room is known, and at 64 replicas and up probes would cost more than pages).
 
-So a replica is kept just busy (a page running and one waiting), and everything beyond that
-waits in the gateway's fair queue, where a 1-page request can overtake a 300-page one.
-Behind one load balancer the same limit becomes the fleet-wide limit: it grows until the
-workers report that they are full, so `kubectl scale` shows up as room without configuration.
+Busy is not down: a 503/429 pauses the replica briefly (a short, growing pause) and never
+ejects it. Only connection errors and timeouts eject a replica (not in load-balancer mode:
+nginx does its own passive health checks). An ejected replica is on probation: after
+`eject_s` it gets one trial page at a time, and only a real answer ends probation; a
+readiness probe alone does not re-admit a replica that timed out.
 
-Only connection errors and timeouts eject a replica (not in load-balancer mode: nginx does its
-own passive health checks). An ejected replica is on probation: after `eject_s` it gets one
-trial page at a time, and only a real answer ends probation; a readiness probe alone does not
-re-admit a replica that timed out. Thread-safe; the network calls (probe, resolve) and the
-clock are injected so all of this is tested without a network."""
+Probes (and pages) carry this process's entry on the fleet board and bring back the workers'
+boards. Behind a balancer, probes also find the workers not met yet: rounds through the
+balancer, each twice as large as the last while it meets new workers. Thread-safe; the
+network calls (probe, resolve) and the clock are injected so all of this is tested without a
+network."""
 
 from __future__ import annotations
 
@@ -31,16 +38,28 @@ import random
 import socket
 import threading
 import time
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable, Mapping
 
+from services.ocr_api import headers as h
+
+from .fleet import FleetView, slots_of
 from .outcome import Outcome
+
+if TYPE_CHECKING:
+    from .dispatch import Attempt
 
 log = logging.getLogger("gateway.upstreams")
 
 MODE_LOAD_BALANCER = "load_balancer"
 MODE_LIST = "list"
 MODE_DNS = "dns"
+REBALANCE_S = 0.05  # the share follows news (demand, boards) at most this often...
+REBALANCE_IDLE_S = 1.0  # ...and at least this often (board entries age out)
+WORKER_ID_TTL_S = 120.0  # a worker process not heard behind a URL this long is forgotten
+
+# probe(url, headers) -> (ready, the answer's headers)
+Probe = Callable[[str, Mapping[str, str]], "tuple[bool, Mapping[str, str]]"]
 
 
 class NoReplicas(RuntimeError):
@@ -49,32 +68,35 @@ class NoReplicas(RuntimeError):
 
 @dataclass(frozen=True)
 class LimitSettings:
-    target: int = 2          # requests admitted at one worker that keep it busy
-    max_limit: int = 64      # ceiling of one replica's limit (a load balancer's: the fleet's)
     busy_pause_s: float = 0.05  # first pause after a busy answer; doubles, capped at 1 s
 
 
 @dataclass
 class Replica:
     url: str
-    limit: float = 2.0
-    max_limit: int = 64
+    target: float = 2.0  # pages its worker(s) hold to stay busy; behind a balancer: our share
+    load: float = 0.0  # pages its worker had at its last answer or probe, plus ours sent since
+    heard_at: float = float("-inf")  # when it last said so
     inflight: int = 0
     ready: bool | None = None  # None: not probed yet
     ejected_until: float = 0.0
     probation: bool = False  # one trial page at a time until a real answer comes back
     busy_until: float = 0.0
     busy_streak: int = 0
-    last_cut: float = float("-inf")
     removed: bool = False
     served: int = 0
+    capacity: int | None = None  # the worker's admission slots (X-Ocr-Capacity)
+    workers: dict[str, float] = field(default_factory=dict)  # worker process id -> heard at
 
     def eligible(self, now: float) -> bool:
         return not self.removed and self.ejected_until <= now and self.ready is not False
 
     @property
     def slots(self) -> int:
-        return 1 if self.probation else max(1, int(self.limit))
+        if self.probation:
+            return 1
+        slots = slots_of(self.target)
+        return min(slots, self.capacity) if self.capacity else slots
 
     def has_room(self, now: float) -> bool:
         return self.eligible(now) and self.busy_until <= now and self.inflight < self.slots
@@ -93,27 +115,33 @@ def resolve_host(host: str, port: int) -> list[str]:
 
 class ReplicaSet:
     def __init__(self, *, mode: str, urls: list[str] | None = None, dns: str | None = None,
-                 probe: Callable[[str], bool], resolver: Callable[[str, int], list[str]] =
-                 resolve_host, eject_s: float = 10.0, limits: LimitSettings = LimitSettings(),
-                 clock: Callable[[], float] = time.monotonic):
+                 probe: Probe, resolver: Callable[[str, int], list[str]] = resolve_host,
+                 eject_s: float = 10.0, limits: LimitSettings = LimitSettings(),
+                 fleet: FleetView | None = None, clock: Callable[[], float] = time.monotonic):
         self.mode = mode
         self.dns = dns
         self.eject_s = eject_s
         self.limits = limits
+        self.fleet = fleet or FleetView()
         self._probe = probe
         self._resolver = resolver
         self._clock = clock
         self._lock = threading.Lock()
         self._replicas: dict[str, Replica] = {}
         self._rotation = itertools.count()
+        self._balanced_at = float("-inf")
+        self._news = True  # demand or a board changed since the last rebalance
+        self._limit = 1  # pages this process may keep out in all (its share of the fleet)
+        self._quota: int | None = None  # chunks in flight per document (gateway.fleet)
+        self._probe_skip_s = 0.0  # the health interval, once probing runs
         self._stop = threading.Event()
         self._listeners: list[Callable[[], None]] = []
         for url in urls or []:
             self._add(url, ready=True if mode == MODE_LOAD_BALANCER else None)
 
     def _add(self, url: str, ready: bool | None = None) -> None:
-        self._replicas[url] = Replica(url, limit=float(self.limits.target),
-                                      max_limit=self.limits.max_limit, ready=ready)
+        self._replicas[url] = Replica(url, target=self.fleet.default_target, ready=ready)
+        self._news = True
 
     def on_change(self, listener: Callable[[], None]) -> None:
         """`listener()` is called (outside the lock) whenever a replica may have gained room:
@@ -124,17 +152,56 @@ class ReplicaSet:
         for listener in self._listeners:
             listener()
 
+    def set_demand(self, documents: int, held: int = 0) -> None:
+        """The scheduler's documents with pages to send, and the pages in flight of those
+        with none left: this process's weight in the fleet (gateway.fleet)."""
+        self.fleet.set_demand(documents, held)
+        with self._lock:  # taken into the limit before the next page goes out: a queued
+            # image's quota must not go to a long document in the meantime
+            self._news, self._balanced_at = True, float("-inf")
+
+    # ---- the share -----------------------------------------------------------------------------
+    def _rebalance(self, now: float) -> None:
+        """Under the lock: this process's limit (its share of the fleet, gateway.fleet) and
+        each replica's target, recomputed when there is news, at most every REBALANCE_S."""
+        if now < self._rebalance_due():
+            return
+        self._balanced_at, self._news = now, False
+        if self.mode == MODE_LOAD_BALANCER:
+            share = self.fleet.share()
+            self._limit = share.limit(self.fleet.default_target)
+            for replica in self._replicas.values():
+                replica.target = self._limit
+        else:
+            known = self.fleet.share()
+            for replica in self._replicas.values():
+                replica.target = known.target_of(replica.workers, self.fleet.default_target)
+            fleet = sum(r.target for r in self._replicas.values() if r.eligible(now))
+            share = self.fleet.share(replica_slots=fleet or None)
+            self._limit = max(1, round(share.fraction * fleet))
+        self._quota = share.document_quota()
+
+    def document_quota(self) -> int | None:
+        """Chunks in flight one document may have: its equal part of the fleet."""
+        with self._lock:
+            self._rebalance(self._clock())
+            return self._quota
+
     # ---- selection ---------------------------------------------------------------------------
     def acquire(self, exclude: set[str] = frozenset()) -> Replica | None:
         """A replica with room for one more page, its in-flight count already raised, or None
-        when none has room now. Least outstanding first, ties in rotation; replicas in
-        `exclude` (this page already failed there) only when no other has room."""
+        when this process's share is taken or no replica has room now. The emptiest first
+        (`Replica.load`), ties in rotation; replicas in `exclude` (this page already failed
+        there) only when no other has room."""
         with self._lock:
             now = self._clock()
             live = [r for r in self._replicas.values() if not r.removed]
             if not live:
                 raise NoReplicas("no OCR replica is known"
                                  + (f" (DNS name {self.dns} has no addresses)" if self.dns else ""))
+            self._rebalance(now)
+            if sum(r.inflight for r in live) >= self._limit:
+                return None  # this process's share of the fleet is out
             roomy = [r for r in live if r.has_room(now)]
             candidates = [r for r in roomy if r.url not in exclude] or roomy
             if not candidates:
@@ -142,22 +209,31 @@ class ReplicaSet:
             turn = next(self._rotation)
             count = len(candidates)
             chosen = min(enumerate(candidates),
-                         key=lambda item: (item[1].inflight, (item[0] - turn) % count))[1]
+                         key=lambda item: (item[1].load, -item[1].heard_at,
+                                           (item[0] - turn) % count))[1]
             chosen.inflight += 1
+            chosen.load += 1
             return chosen
 
     def has_room(self) -> bool:
         with self._lock:
             now = self._clock()
-            return any(r.has_room(now) for r in self._replicas.values())
+            self._rebalance(now)
+            return (sum(r.inflight for r in self._replicas.values()) < self._limit
+                    and any(r.has_room(now) for r in self._replicas.values()))
+
+    def _rebalance_due(self) -> float:
+        return self._balanced_at + (REBALANCE_S if self._news else REBALANCE_IDLE_S)
 
     def next_change(self) -> float | None:
-        """When a paused or ejected replica gets room back by itself (for the scheduler's
-        wait), or None."""
+        """When a paused or ejected replica gets room back by itself, or news is next taken
+        into the share (for the scheduler's wait), or None."""
         with self._lock:
             now = self._clock()
             times = [t for r in self._replicas.values() if not r.removed
                      for t in (r.busy_until, r.ejected_until) if t > now]
+            if self._news:
+                times.append(self._rebalance_due())
             return min(times) if times else None
 
     def give_back(self, replica: Replica) -> None:
@@ -166,17 +242,19 @@ class ReplicaSet:
             replica.inflight -= 1
         self._notify()
 
-    def release(self, replica: Replica, outcome: Outcome, capacity: int | None = None,
-                free: int | None = None, retry_after_s: float | None = None) -> None:
-        """Book the answer of one attempt; `capacity`/`free` are the worker's X-Ocr-Capacity
-        and X-Ocr-Free headers when it sent them."""
+    def release(self, replica: Replica, attempt: "Attempt") -> None:
+        """Book the answer of one attempt: its outcome, and what the worker said (its room,
+        its id, the fleet board)."""
+        self.fleet.heard(attempt.board)
         with self._lock:
+            self._news = self._news or bool(attempt.board)
             replica.inflight -= 1
             now = self._clock()
-            if capacity and self.mode != MODE_LOAD_BALANCER:
-                replica.max_limit = min(capacity, self.limits.max_limit)
+            self._heard_worker(replica, attempt.worker, now)
+            self._heard_load(replica, attempt.capacity, attempt.free, finished=1, now=now)
+            outcome = attempt.outcome
             if outcome is Outcome.BUSY:
-                self._busy(replica, now, retry_after_s)
+                self._busy(replica, now, attempt.retry_after_s)
             elif outcome is Outcome.DOWN:
                 self._down(replica, now)
             else:  # OK, REJECTED, FAILED: the replica is alive and answering
@@ -185,27 +263,28 @@ class ReplicaSet:
                 replica.busy_streak = 0
                 if self.mode != MODE_LOAD_BALANCER:
                     replica.ready = True
-                if outcome is Outcome.OK:
-                    self._adapt(replica, capacity, free)
             if replica.removed and replica.inflight == 0:
                 self._replicas.pop(replica.url, None)
         self._notify()
 
-    def _adapt(self, replica: Replica, capacity: int | None, free: int | None) -> None:
-        target = self.limits.target
-        if capacity is not None and free is not None:
-            admitted = capacity - free
-            if admitted > target + 1:
-                replica.limit = max(1.0, replica.limit - 1.0 / replica.limit)
-                return
-            if admitted >= target:
-                return
-        replica.limit = min(float(replica.max_limit), replica.limit + 1.0 / replica.limit)
+    def _heard_worker(self, replica: Replica, worker: str | None, now: float) -> None:
+        if worker and self.mode != MODE_LOAD_BALANCER:
+            replica.workers[worker] = now
+            for stale in [w for w, t in replica.workers.items() if now - t > WORKER_ID_TTL_S]:
+                del replica.workers[stale]
+
+    def _heard_load(self, replica: Replica, capacity: int | None, free: int | None,
+                    finished: int, now: float) -> None:
+        """What a worker said of its room: its admitted pages now (our own still there
+        included), or, without the headers, one page fewer for each of ours that came back."""
+        if capacity is not None and free is not None and self.mode != MODE_LOAD_BALANCER:
+            replica.capacity = capacity
+            replica.load = float(capacity - free)
+            replica.heard_at = now
+        else:
+            replica.load = max(0.0, replica.load - finished)
 
     def _busy(self, replica: Replica, now: float, retry_after_s: float | None) -> None:
-        if now - replica.last_cut > 0.1:  # one cut per burst of busy answers
-            replica.limit = max(1.0, replica.limit / 2)
-            replica.last_cut = now
         replica.busy_streak += 1
         pause = min(1.0, self.limits.busy_pause_s * 2 ** (replica.busy_streak - 1))
         if retry_after_s is not None:
@@ -250,14 +329,44 @@ class ReplicaSet:
         self._notify()
 
     def probe_all(self) -> None:
-        """Readiness of every replica. A probe never ends an ejection or a probation: only a
-        real answer does (a replica that timed out may answer /readyz and still hang on OCR)."""
+        """Readiness of every replica, each probe carrying this process's board entry. A
+        probe never ends an ejection or a probation: only a real answer does (a replica that
+        timed out may answer /readyz and still hang on OCR). Behind a load balancer: rounds
+        of probes through it that meet the workers behind it (gateway.fleet)."""
         if self.mode == MODE_LOAD_BALANCER:
+            self._discover()
             return
+        now = self._clock()
         for replica in self.replicas():
-            ready = self._probe(replica.url)
+            if replica.ready and now - replica.heard_at < 3 * self._probe_skip_s:
+                continue  # it answered a page just now: alive, and its room is known
+            ready, headers = self._probe(replica.url, self.fleet.outgoing())
+            self.fleet.heard(headers.get(h.BOARD))
             with self._lock:
                 replica.ready = ready
+                self._heard_worker(replica, headers.get(h.WORKER), self._clock())
+                self._heard_load(replica, h.int_header(headers, h.CAPACITY),
+                                 h.int_header(headers, h.FREE), finished=0, now=self._clock())
+                self._news = True
+        self._notify()
+
+    def _discover(self) -> None:
+        url = next(iter(self._replicas), None)
+        while url is not None:
+            known = {w.id for w in self.fleet.board.workers()}
+            met: set[str] = set()
+            for _ in range(self.fleet.probe_round()):
+                if self._stop.is_set():
+                    return
+                _, headers = self._probe(url, self.fleet.outgoing())
+                self.fleet.heard(headers.get(h.BOARD))
+                if headers.get(h.WORKER):
+                    met.add(headers[h.WORKER])
+            with self._lock:
+                self._news = True
+            if not self.fleet.after_probe_round(bool(met - known)):
+                break
+            self._notify()
         self._notify()
 
     def replicas(self) -> list[Replica]:
@@ -276,6 +385,8 @@ class ReplicaSet:
                          after_probe: Callable[[list[Replica]], None] = lambda _: None) -> None:
         """Re-resolve (DNS mode) and probe every replica's readiness in a daemon thread;
         `after_probe` sees the replica list after each round (for metrics)."""
+        self._probe_skip_s = health_s
+
         def loop():
             next_refresh = 0.0
             while not self._stop.is_set():

@@ -35,11 +35,23 @@ def machine() -> dict[str, Any]:
             "python": platform.python_version(), "accelerator": "none (CPU only)"}
 
 
+def commit() -> str:
+    """The checkout's commit, with "-dirty" when files differ from it."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True,
+                              text=True).stdout.strip()
+
+    head = git("rev-parse", "--short=12", "HEAD") or "unknown"
+    return head + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
 def stamp() -> dict[str, Any]:
     """Where and how a result was produced, stored next to the figures."""
     return {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "command": " ".join([Path(sys.executable).name, *sys.argv]),
-            "machine": machine()}
+            "commit": commit(), "machine": machine()}
 
 
 def write_json(name: str, data: dict[str, Any]) -> Path:
@@ -142,6 +154,58 @@ def plot_scaling(scaling: dict[str, Any], path: Path) -> Path:
     ax_pps.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     ax_pps.set_ylabel("pages/s through the gateway (log scale)")
     ax_pps.set_ylim(min(pps) / 1.3, max(max(pps), replicas[-1] * base) * 1.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_fleet(fleet: dict[str, Any], path: Path) -> Path:
+    """`make bench-fleet`: per shape, efficiency, the images' p95 wait and the finish spread
+    against their goals; and pages/s over time while the fleet grows 16 -> 64 and shrinks."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shapes = fleet["shapes"]
+    names = [f"{s['mode']}\nN={s['replicas']} G={s['gateways']}" for s in shapes]
+    growth = fleet.get("growth") or []
+    fig, axes = plt.subplots(1, 4 if growth else 3, figsize=(20 if growth else 15, 4.8))
+    fig.suptitle(f"ocrfleet at scale: sim engine, fleet capacity {fleet['capacity_pages_per_s']:g}"
+                 f" pages/s, {fleet['documents']} x {fleet['pages']}-page PDFs + an image every "
+                 f"{fleet['image_every_s']:g} s per gateway", fontsize=11)
+    panels = [("efficiency", "pages/s / capacity (documents running)", 0.95, "at least"),
+              ("image_p95_wait_s", "image p95 beyond one page time (s)", 2.0, "at most"),
+              ("finish_spread", "finish spread / makespan", 0.15, "at most")]
+    for axis, (key, title, goal, sense) in zip(axes, panels):
+        values = [s.get(key) or 0 for s in shapes]
+        axis.bar(range(len(shapes)), values, color="tab:blue")
+        axis.axhline(goal, color="tab:red", linestyle=":", label=f"goal ({sense} {goal:g})")
+        for i, value in enumerate(values):
+            axis.annotate(f"{value:.3g}", (i, value), ha="center", textcoords="offset points",
+                          xytext=(0, 3), fontsize=8)
+        axis.set_xticks(range(len(shapes)), names, fontsize=7)
+        axis.set_title(title, fontsize=10)
+        axis.grid(alpha=0.3, axis="y")
+        axis.legend(fontsize=8)
+    if growth:
+        axis = axes[3]
+        for run in growth:
+            times = [t for t, _ in run["pages_per_s_by_second"]]
+            rates = [r for _, r in run["pages_per_s_by_second"]]
+            axis.plot(times, rates, label=f"{run['mode']}")
+        run = growth[0]
+        per_replica = 1000.0 / run["page_ms"]
+        axis.axvline(run["new_replicas_ready_at_s"], color="grey", linestyle="--",
+                     label="16 -> 64 ready")
+        axis.axvline(run["shrunk_at_s"], color="grey", linestyle=":", label="64 -> 32")
+        for n in (16, 64, 32):
+            axis.axhline(n * per_replica, color="tab:red", linestyle=":", linewidth=0.8)
+        axis.set_title("growth mid-load: pages/s", fontsize=10)
+        axis.set_xlabel("seconds")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import requests
 
+from services.ocr_api.headers import PAGES as PAGES_HEADER
+
 FORMATS = {"json": "application/json", "txt": "text/plain", "pdf": "application/pdf"}
 ZIP = "application/zip"
 ZIP_MEMBERS = {"json": "result.json", "txt": "text.txt", "pdf": "searchable.pdf"}
@@ -129,7 +131,7 @@ class Client:
                 content = response.content
                 outputs = (split_bundle(content, formats) if accept == ZIP
                            else {formats[0]: content})
-                return Answer(outputs, int(response.headers.get("X-Ocr-Pages") or 0), attempt)
+                return Answer(outputs, int(response.headers.get(PAGES_HEADER) or 0), attempt)
             if status in BUSY:
                 delay = retry_after(response)
                 delay = backoff(attempt, self.settings.backoff_s) if delay is None else delay

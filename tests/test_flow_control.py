@@ -17,7 +17,9 @@ from gateway.outcome import Outcome, classify
 from gateway.scheduler import BATCH, INTERACTIVE, Document, FairQueue, Scheduler, \
     SchedulerSettings
 from gateway.split import Chunk, WholeFile
+from gateway.fleet import FleetView
 from gateway.upstreams import MODE_LIST, MODE_LOAD_BALANCER, LimitSettings, ReplicaSet
+from services.ocr_api.fleet_board import Board
 from services.ocr_api.errors import ApiError
 
 
@@ -30,7 +32,11 @@ class Clock:
 
 
 def replica_set(urls, mode=MODE_LIST, **kwargs):
-    return ReplicaSet(mode=mode, urls=urls, probe=lambda url: True, **kwargs)
+    return ReplicaSet(mode=mode, urls=urls, probe=lambda url, headers: (True, {}), **kwargs)
+
+
+def answer(outcome, **kwargs):
+    return Attempt(outcome, None, {}, "", **kwargs)
 
 
 # ---- outcomes ------------------------------------------------------------------------------
@@ -43,71 +49,89 @@ def test_busy_is_not_a_failure_and_only_no_answer_or_gateway_errors_are_down():
 
 
 # ---- replica limits ------------------------------------------------------------------------
-def test_a_503_never_ejects_it_halves_the_limit_and_pauses_briefly():
+def test_a_503_never_ejects_it_pauses_the_replica_briefly_and_longer_each_time():
     clock = Clock()
-    replicas = replica_set(["http://a"], clock=clock, limits=LimitSettings(target=4))
+    replicas = replica_set(["http://a"], clock=clock, fleet=FleetView(default_target=4))
     replicas.probe_all()
     for _ in range(4):
         assert replicas.acquire() is not None
-    assert replicas.acquire() is None  # at its limit: the page waits in the gateway
+    assert replicas.acquire() is None  # at its allowance: the page waits in the gateway
     a = replicas.replicas()[0]
-    replicas.release(a, Outcome.BUSY, retry_after_s=1)
+    replicas.release(a, answer(Outcome.BUSY, retry_after_s=1))
     assert a.ejected_until == 0 and not a.probation and a.ready is not False
-    assert a.limit == 2.0
-    assert a.busy_until > clock.now  # a short pause, not an ejection
-    clock.now += 1.1
-    replicas.release(a, Outcome.BUSY)  # a second cut only after a while
-    assert a.limit == 1.0
-    for _ in range(20):  # many busy answers: still never ejected, limit never below 1
+    first_pause = a.busy_until - clock.now
+    assert 0 < first_pause <= 0.05
+    assert replicas.acquire() is None  # paused: nothing goes there for a moment
+    pauses = []
+    for _ in range(20):  # many busy answers: longer pauses, at most 1 s, never ejected
         a.inflight += 1
-        replicas.release(a, Outcome.BUSY)
+        replicas.release(a, answer(Outcome.BUSY))
+        pauses.append(a.busy_until - clock.now)
         clock.now += 0.2
-    assert a.limit == 1.0 and a.ejected_until == 0 and replicas.any_ready()
+    assert max(pauses) <= 1.0 and pauses[-1] > first_pause
+    assert a.ejected_until == 0 and replicas.any_ready()
+    clock.now += 1.1
+    assert replicas.acquire() is a  # the pause ends by itself
 
 
-def test_the_limit_grows_while_the_worker_reports_room_and_holds_when_it_is_full():
-    replicas = replica_set(["http://a"], limits=LimitSettings(target=2, max_limit=64))
-    a = replicas.replicas()[0]
-    for _ in range(10):
-        replicas.acquire()
-        replicas.release(a, Outcome.OK, capacity=8, free=8)  # worker idle: grow
-    grown = a.limit
-    assert grown > 3
-    for _ in range(10):
-        replicas.acquire()
-        replicas.release(a, Outcome.OK, capacity=8, free=6)  # 2 admitted = target: hold
-    assert a.limit == grown
-    replicas.acquire()
-    replicas.release(a, Outcome.OK, capacity=8, free=2)  # others fill it: shrink
-    assert a.limit < grown
-    assert a.max_limit == 8  # the worker's reported capacity caps the limit
+def test_a_replica_holds_what_its_worker_says_keeps_it_busy():
+    clock = Clock()
+    board = Board(clock=clock)
+    replicas = replica_set(["http://a", "http://b"], clock=clock,
+                           fleet=FleetView(board, default_target=2.0))
+    a, b = (replicas.replicas()[i] for i in (0, 1))
+    held = [replicas.acquire() for _ in range(4)]
+    assert sorted(r.url for r in held) == ["http://a", "http://a", "http://b", "http://b"]
+    # the worker behind a says one page keeps it busy (a slow page, a short refill gap)
+    board.say("w", "aaaa", 1, 1.05)
+    replicas.release(a, answer(Outcome.OK, worker="aaaa", board="w:aaaa:1:105:0"))
+    clock.now += 1
+    replicas.has_room()  # allowances follow the news
+    assert a.slots == 1 and b.slots == 2
+    assert replicas.acquire() is None  # a holds one (its allowance), b holds two
+    replicas.release(b, answer(Outcome.OK))
+    assert replicas.acquire() is b
 
 
-def test_a_load_balancer_limit_grows_to_the_fleet_and_is_never_ejected():
-    replicas = replica_set(["http://nginx"], mode=MODE_LOAD_BALANCER,
-                           limits=LimitSettings(target=2, max_limit=16))
+def test_a_load_balancer_allowance_is_the_share_of_the_workers_behind_it():
+    clock = Clock()
+    board = Board(clock=clock)
+    replicas = replica_set(["http://nginx"], mode=MODE_LOAD_BALANCER, clock=clock,
+                           fleet=FleetView(board, default_target=2.0))
     lb = replicas.replicas()[0]
-    for _ in range(200):
-        replicas.acquire()
-        replicas.release(lb, Outcome.OK)
-    assert lb.limit == 16  # grows to the configured ceiling without worker headers
-    replicas.acquire()
-    replicas.release(lb, Outcome.DOWN)
-    assert lb.ejected_until == 0 and lb.max_limit == 16
+    assert replicas.acquire() and replicas.acquire() and replicas.acquire() is None
+    # 64 workers answer through the balancer, each holding 1.5 pages: the limit follows
+    for i in range(64):
+        lb.inflight += 1
+        replicas.release(lb, answer(Outcome.OK, worker=f"w{i}",
+                                    board=f"w:w{i}:1:150:0"))
+    clock.now += 1
+    replicas.has_room()
+    assert lb.slots == 96
+    # another gateway process with 3 documents to this one's 1: a quarter is ours
+    replicas.set_demand(1)
+    lb.inflight += 1
+    replicas.release(lb, answer(Outcome.OK, board="c:zzzz:1:300:0"))
+    clock.now += 1
+    replicas.has_room()
+    assert lb.slots == 24
+    lb.inflight += 1
+    replicas.release(lb, answer(Outcome.DOWN))
+    assert lb.ejected_until == 0  # nginx ejects its own workers
 
 
 def test_a_replica_that_timed_out_is_readmitted_only_by_a_real_answer():
     clock = Clock()
     replicas = replica_set(["http://a"], clock=clock, eject_s=10)
     a = replicas.acquire()
-    replicas.release(a, Outcome.DOWN)
+    replicas.release(a, answer(Outcome.DOWN))
     replicas.probe_all()  # /readyz says ready: not enough
     assert replicas.acquire() is None
     clock.now += 11
     trial = replicas.acquire()
     assert trial is not None and trial.probation
     assert replicas.acquire() is None  # one trial page at a time
-    replicas.release(trial, Outcome.OK)
+    replicas.release(trial, answer(Outcome.OK))
     assert not a.probation
     assert replicas.acquire() is not None and replicas.acquire() is not None
 
@@ -145,6 +169,17 @@ def test_documents_share_slots_round_robin():
         picked.take(0)
         order.append(docs.index(picked))
     assert order == [0, 1, 2, 0, 1, 2]
+
+
+def test_a_document_at_its_fleet_quota_leaves_the_room_to_the_others():
+    fair = FairQueue()
+    long_doc, image = doc(40), doc(1)
+    fair.add(long_doc)
+    long_doc.inflight = 3
+    assert fair.pick(0, quota=3) is None  # at its equal part of the fleet: it waits
+    fair.add(image)
+    assert fair.pick(0, quota=3) is image
+    assert fair.pick(0, quota=4) in (long_doc, image)
 
 
 def test_interactive_documents_go_before_batch_ones():

@@ -6,6 +6,7 @@ import pytest
 
 from gateway import assemble
 from gateway.config import GatewayConfig
+from gateway.dispatch import Attempt
 from gateway.split import group_pages, split_pdf
 from gateway.outcome import Outcome
 from gateway.upstreams import MODE_DNS, MODE_LIST, LimitSettings, NoReplicas, ReplicaSet
@@ -76,7 +77,12 @@ class Clock:
 
 
 def replica_set(urls, **kwargs):
-    return ReplicaSet(mode=MODE_LIST, urls=urls, probe=lambda url: True, **kwargs)
+    return ReplicaSet(mode=MODE_LIST, urls=urls, probe=lambda url, headers: (True, {}),
+                      **kwargs)
+
+
+def answer(outcome):
+    return Attempt(outcome, None, {}, "")
 
 
 def test_least_outstanding_wins_and_ties_rotate():
@@ -85,7 +91,7 @@ def test_least_outstanding_wins_and_ties_rotate():
     second = replicas.acquire()
     third = replicas.acquire()
     assert {first.url, second.url, third.url} == {"http://a", "http://b", "http://c"}
-    replicas.release(second, Outcome.OK)
+    replicas.release(second, answer(Outcome.OK))
     assert replicas.acquire().url == second.url  # the only one with nothing outstanding
 
 
@@ -93,7 +99,7 @@ def test_a_page_avoids_replicas_it_already_failed_on():
     replicas = replica_set(["http://a", "http://b"])
     chosen = replicas.acquire(exclude={"http://a"})
     assert chosen.url == "http://b"
-    replicas.release(chosen, Outcome.OK)
+    replicas.release(chosen, answer(Outcome.OK))
     # with every replica excluded it still gets one rather than failing
     assert replicas.acquire(exclude={"http://a", "http://b"}).url in ("http://a", "http://b")
 
@@ -102,12 +108,12 @@ def test_a_replica_that_goes_down_is_ejected_for_a_while():
     clock = Clock()
     replicas = replica_set(["http://a", "http://b"], eject_s=10, clock=clock)
     down = replicas.acquire()
-    replicas.release(down, Outcome.DOWN)
+    replicas.release(down, answer(Outcome.DOWN))
     picks = set()
     for _ in range(4):
         replica = replicas.acquire()
         picks.add(replica.url)
-        replicas.release(replica, Outcome.OK)
+        replicas.release(replica, answer(Outcome.OK))
     assert picks == {"http://a", "http://b"} - {down.url}
     clock.now += 11
     assert down.eligible(clock.now)
@@ -117,9 +123,9 @@ def test_all_ejected_waits_for_the_one_back_soonest():
     clock = Clock()
     replicas = replica_set(["http://a", "http://b"], eject_s=10, clock=clock)
     a, b = replicas.acquire(), replicas.acquire()
-    replicas.release(a, Outcome.DOWN)
+    replicas.release(a, answer(Outcome.DOWN))
     clock.now += 5
-    replicas.release(b, Outcome.DOWN)
+    replicas.release(b, answer(Outcome.DOWN))
     assert replicas.acquire() is None  # pages wait in the gateway's queue
     assert replicas.next_change() == pytest.approx(clock.now + 5)
     clock.now += 5
@@ -130,7 +136,7 @@ def test_dns_discovery_adds_and_removes_replicas():
     answers = {"addresses": ["http://10.0.0.1:8101"]}
     probed = []
     replicas = ReplicaSet(mode=MODE_DNS, dns="ocr-worker-headless:8101",
-                          probe=lambda url: probed.append(url) or True,
+                          probe=lambda url, headers: (probed.append(url) or True, {}),
                           resolver=lambda host, port: answers["addresses"])
     replicas.refresh()
     replicas.probe_all()
@@ -141,7 +147,7 @@ def test_dns_discovery_adds_and_removes_replicas():
     replicas.probe_all()
     assert [r.url for r in replicas.replicas()] == ["http://10.0.0.2:8101"]
     assert replicas.acquire().url == "http://10.0.0.2:8101"
-    replicas.release(busy, Outcome.OK)  # the vanished replica's last page still completes
+    replicas.release(busy, answer(Outcome.OK))  # the vanished replica's last page still completes
     answers["addresses"] = []
     replicas.refresh()
     with pytest.raises(NoReplicas):

@@ -157,7 +157,7 @@ def fleet(tmp_path_factory):
 
 def gateway_env(fleet, **extra) -> dict[str, str]:
     return {"GATEWAY_REPLICAS": fleet["proxy"].url, "GATEWAY_PROCESSES": "1",
-            "GATEWAY_REPLICA_MAX_INFLIGHT": "2", "GATEWAY_JOBS_LEASE_S": "2",
+            "GATEWAY_REPLICA_TARGET": "2", "GATEWAY_JOBS_LEASE_S": "2",
             "GATEWAY_JOBS_CALLBACK_SECRET": SECRET,
             "GATEWAY_JOBS_CALLBACK_ALLOW_PRIVATE": "true",
             "GATEWAY_JOBS_CALLBACK_BACKOFF_S": "0.2", **extra}
@@ -235,7 +235,8 @@ def test_a_job_survives_sigkill_of_its_gateway_every_page_once_in_order(
         assert min(sent) >= 1, sent
         assert all(sent[i] == 1 for i in done_at_kill), (sorted(done_at_kill), sent)
         redone = [i for i, n in enumerate(sent) if n > 1]
-        # only pages in flight at the kill: at most 2 workers x GATEWAY_REPLICA_MAX_INFLIGHT
+        # only pages in flight at the kill: the proxy passes no fleet board, so the gateway
+        # keeps GATEWAY_REPLICA_TARGET (2) pages on it
         assert max(sent) <= 2 and len(redone) <= 4, (redone, sent)
         print(f"\n{store_kind}: {len(done_at_kill)} pages done at the kill, "
               f"redone (in flight at the kill): {redone}")
@@ -306,7 +307,7 @@ def test_cancel_stops_sending_pages_and_limits_answer_429(fleet, gateway):
     wait_until(lambda: fleet["proxy"].inflight == 0, what="pages in flight to come back")
     sent_after_cancel = sum(fleet["proxy"].sent(400))
     threading.Event().wait(1.5)  # a runner that kept going would send ~30 pages by now
-    # at most the pages already handed to a sender (GATEWAY_REPLICA_MAX_INFLIGHT) still go out
+    # at most the pages already handed to a sender (GATEWAY_REPLICA_TARGET: 2) still go out
     assert sent_after_cancel <= sum(fleet["proxy"].sent(400)) <= sent_after_cancel + 2 < PAGES
     assert requests.get(job_url, headers=key, timeout=10).json()["result"]["state"] == \
         "cancelled"

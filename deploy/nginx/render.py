@@ -41,11 +41,19 @@ def render(workers: list[str], *, listen: str = "127.0.0.1:8090", run_dir: str |
         "@MAX_BODY@": max_body,
         "@READ_TIMEOUT@": f"{read_timeout_s}s",
         "@TRIES@": str(tries),
+        "@KEEPALIVE@": str(keepalive_for(len(workers))),
+        "@ZONE_SIZE@": f"{64 + len(workers) // 64 * 64}k",
     }
     text = TEMPLATE.read_text()
     for placeholder, value in values.items():
         text = text.replace(placeholder, value)
     return text
+
+
+def keepalive_for(workers: int) -> int:
+    """Idle connections each nginx process keeps to the workers: two per worker, at least 64
+    (docs/capacity.md)."""
+    return max(64, 2 * workers)
 
 
 def write_config(workers: list[str], out: Path, run_dir: Path, **options) -> Path:

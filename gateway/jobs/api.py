@@ -16,6 +16,7 @@ from flask import Blueprint, Response, request, stream_with_context
 
 from services.flask_common import error_response, json_response, read_ocr_fields
 from services.ocr_api import envelope
+from services.ocr_api.headers import API_KEY as API_KEY_HEADER
 from services.ocr_api.errors import ApiError, unprocessable
 from services.ocr_api.logs import current_log_id
 from services.ocr_api.request import resolve_page_range
@@ -39,7 +40,7 @@ def client_identity() -> str:
     X-API-Key; only a hash is kept), else its address."""
     auth = request.headers.get("Authorization", "")
     key = auth[7:].strip() if auth[:7].lower() == "bearer " else \
-        request.headers.get("X-API-Key", "").strip()
+        request.headers.get(API_KEY_HEADER, "").strip()
     if key:
         return "key:" + hashlib.sha256(key.encode()).hexdigest()[:32]
     return "addr:" + (request.remote_addr or "unknown")

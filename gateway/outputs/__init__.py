@@ -15,6 +15,7 @@ from werkzeug.datastructures import MIMEAccept
 from werkzeug.http import parse_accept_header
 
 from services.flask_common import json_response
+from services.ocr_api import headers as protocol
 from services.ocr_api.errors import ApiError
 
 from . import layout, text
@@ -60,7 +61,7 @@ def respond(fmt: str, answer: dict, plan, config) -> Response:
     """The whole document in `fmt` (anything but NDJSON) from its one OCR pass, `answer`
     (the PaddleX envelope from GatewayService.collect)."""
     # pages OCR'd, for clients' progress
-    headers = {"X-Ocr-Pages": str(len(answer["result"]["ocrResults"]))}
+    headers = {protocol.PAGES: str(len(answer["result"]["ocrResults"]))}
     if fmt == JSON:
         return json_response(answer, headers=headers)
     pages = layout.document_pages(answer["result"])

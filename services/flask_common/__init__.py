@@ -13,6 +13,7 @@ from flask import Flask, Response, g, jsonify, request
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from services.ocr_api import envelope
+from services.ocr_api.headers import LOG_ID as LOG_ID_HEADER
 from services.ocr_api.envelope import new_log_id, usable_log_id
 from services.ocr_api.errors import ApiError, unprocessable
 from services.ocr_api.logs import current_log_id
@@ -47,7 +48,7 @@ def create_service_app(name: str, *, max_file_bytes: int,
     @app.before_request
     def _begin():
         g.started = time.monotonic()
-        g.log_id = usable_log_id(request.headers.get("X-Log-Id")) or new_log_id()
+        g.log_id = usable_log_id(request.headers.get(LOG_ID_HEADER)) or new_log_id()
         current_log_id.set(g.log_id)
 
     install_access_control(app, access)  # after _begin: a 401 carries the logId
@@ -56,7 +57,7 @@ def create_service_app(name: str, *, max_file_bytes: int,
     def _finish(response: Response):
         if request.path == "/ocr" and not response.is_streamed:
             record_request(response.status_code, time.monotonic() - g.started)
-        response.headers["X-Log-Id"] = current_log_id.get() or ""
+        response.headers[LOG_ID_HEADER] = current_log_id.get() or ""
         return response
 
     @app.get("/healthz")

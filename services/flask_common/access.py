@@ -22,6 +22,7 @@ from flask import Flask, request
 from werkzeug.exceptions import NotFound
 
 from services.ocr_api.errors import ApiError
+from services.ocr_api.headers import API_KEY as API_KEY_HEADER
 
 PROBE_PATHS = frozenset({"/healthz", "/readyz"})
 _MAX_KEY_CHARS = 512
@@ -72,7 +73,7 @@ def presented_key(headers) -> str | None:
     scheme, _, credentials = authorization.strip().partition(" ")
     if scheme.lower() == "bearer" and credentials.strip():
         return credentials.strip()
-    key = headers.get("X-API-Key", "").strip()
+    key = headers.get(API_KEY_HEADER, "").strip()
     return key or None
 
 

@@ -54,10 +54,12 @@ def create_app(config: WorkerConfig | None = None, engine: Engine | None = None,
 
     @app.after_request
     def _capacity_headers(response):
-        """Every /ocr and /readyz answer, errors included, says how much room is left."""
+        """Every /ocr and /readyz answer, errors included, says how much room is left, and
+        carries the fleet board (services/ocr_worker/capacity.py)."""
         if request.path in ("/ocr", "/readyz"):
             capacity = service.capacity()
             response.headers.update(capacity_headers(capacity["slots"], capacity["free"]))
+            response.headers.update(service.presence.answer_headers(request.headers))
         return response
 
     if start:

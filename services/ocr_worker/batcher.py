@@ -152,8 +152,11 @@ class InferenceBatcher:
         self._held_back = None
         if first is None:
             self._idle = True
+            waited_from = time.monotonic() if self._queue.empty() else None
             first = self._queue.get()
             self._progress_at, self._idle = time.monotonic(), False
+            if waited_from is not None:  # the engine sat idle until this page came
+                self._observe("idle", self._progress_at - waited_from)
             if first is _STOP:
                 return None
         batch = [first]

@@ -9,15 +9,27 @@ every request.
   request's deadline is then the sooner of that and OCR_REQUEST_TIMEOUT_S. A value that is not
   a whole number from 0 to 999999999 gets 400 (a caller bug is better found than ignored).
 - 503 means busy only (admission or memory budget full, draining, model loading), always with
-  Retry-After; a failed page is 500, a passed deadline 504."""
+  Retry-After; a failed page is 500, a passed deadline 504.
+- Every /ocr and /readyz answer also carries `X-Ocr-Worker` (this process's id) and the
+  fleet board (services/ocr_api/fleet_board.py) with this worker's entry: its target, the
+  pages it should hold to stay busy (`Pace`; 0 while draining). The worker merges the board
+  each caller sends: it is the meeting point through which gateways that share it learn of
+  each other and of the other workers."""
 
 from __future__ import annotations
 
-from services.ocr_api.errors import bad_request
+import secrets
+import threading
+import time
+from typing import Callable, Mapping
 
-CAPACITY_HEADER = "X-Ocr-Capacity"
-FREE_HEADER = "X-Ocr-Free"
-DEADLINE_HEADER = "X-Deadline-Ms"
+from services.ocr_api.errors import bad_request
+from services.ocr_api import headers
+from services.ocr_api.fleet_board import Board
+
+CAPACITY_HEADER = headers.CAPACITY
+FREE_HEADER = headers.FREE
+DEADLINE_HEADER = headers.DEADLINE_MS
 MAX_DEADLINE_MS = 999_999_999
 
 
@@ -38,3 +50,73 @@ def capacity_headers(slots: int, free: int) -> dict[str, str]:
 
 def capacity_json(slots: int, free: int) -> dict[str, int]:
     return {"slots": slots, "free": max(0, free)}
+
+
+class Pace:
+    """How many pages this worker should hold to stay busy: one batch running plus a share
+    of one more. The share is what the gap between pages costs: after a page, the engine
+    waits for the next one while its answer travels back and the caller sends another (the
+    refill gap). Where that gap is small next to a page's time, a worker holds about one
+    batch (so a new page, an interactive image say, starts at once instead of waiting behind
+    a queued one); where it is not (short pages), up to two. The headroom h keeps the share
+    of engine time lost to gaps near `loss`: a fraction 1 - h of pages wait out a gap, so
+    h = 1 - loss * (1 + page / gap), between `min_headroom` and 1.
+
+    Fed by the batcher's thread (`observe`): each batch's engine seconds, and each wait for
+    a page that began with an empty queue. Waits longer than a gap could be (no page was
+    coming: nobody had work) are not gaps. Until a gap is timed, the least headroom: a
+    worker that holds too little shows it in its gaps at once, one that holds too much
+    would not (a page is always waiting), and a fleet that starts over-full makes new
+    pages wait."""
+
+    def __init__(self, batch: int = 1, loss: float = 0.03, min_headroom: float = 0.05,
+                 weight: float = 0.1):
+        self.batch = batch
+        self.loss = loss
+        self.min_headroom = min_headroom
+        self.weight = weight
+        self.page_s: float | None = None
+        self.gap_s: float | None = None
+
+    def observe(self, event: str, value) -> None:
+        if event == "inference":
+            seconds, _pages = value
+            self.page_s = _ewma(self.page_s, seconds, self.weight)
+        elif event == "idle" and self.page_s is not None \
+                and value <= 0.25 + self.page_s / 2:
+            self.gap_s = _ewma(self.gap_s, value, self.weight)
+
+    def target(self) -> float:
+        if self.page_s is None or self.gap_s is None or self.gap_s <= 0:
+            headroom = self.min_headroom
+        else:
+            headroom = 1.0 - self.loss * (1.0 + self.page_s / self.gap_s)
+        return self.batch * (1.0 + min(1.0, max(self.min_headroom, headroom)))
+
+
+def _ewma(old: float | None, new: float, weight: float) -> float:
+    return new if old is None else old + weight * (new - old)
+
+
+class Presence:
+    """This worker process on the fleet board: its id, its entry (target, or 0 while
+    draining), and the headers of each answer."""
+
+    def __init__(self, pace: Pace, draining: Callable[[], bool],
+                 clock: Callable[[], float] = time.monotonic):
+        self.id = secrets.token_hex(6)
+        self.board = Board(clock=clock)
+        self._pace = pace
+        self._draining = draining
+        self._lock = threading.Lock()
+        self._said: tuple[int, float] = (0, -1.0)  # (seq, value): a new value, a new seq
+
+    def answer_headers(self, request_headers: Mapping[str, str]) -> dict[str, str]:
+        self.board.merge(request_headers.get(headers.BOARD))
+        target = 0.0 if self._draining() else round(self._pace.target() * 20) / 20
+        with self._lock:
+            seq, said = self._said
+            if target != said:
+                self._said = seq, said = seq + 1, target
+        self.board.say("w", self.id, self._said[0], target)
+        return {headers.WORKER: self.id, headers.BOARD: self.board.header([("w", self.id)])}

@@ -18,7 +18,7 @@ from services.ocr_api.url_input import make_url_fetcher
 from . import metrics, recycle
 from .admission import Admission, MemoryBudget, Reservation
 from .batcher import DeadlineExceeded, EngineNotReady, InferenceBatcher
-from .capacity import capacity_json
+from .capacity import Pace, Presence, capacity_json
 from .config import WorkerConfig
 from .decode import DecodeLimits, Document, open_document
 from .encode import data_info, encode_page
@@ -38,10 +38,12 @@ class OcrService:
                                    ceiling_bytes=config.memory_ceiling_mb * MIB,
                                    over_ceiling=recycle.request_replacement,
                                    observe=metrics.observe_rss)
+        self.pace = Pace(batch=config.max_batch)
+        self.presence = Presence(self.pace, draining=lambda: self.admission.draining)
         self.batcher = InferenceBatcher(
             self.engine, queue_pages=config.page_buffer, max_batch=config.max_batch,
             batch_wait_s=config.batch_wait_ms / 1000.0, warmup=config.warmup,
-            observe=metrics.observe_batcher, after_batch=self.keeper.after_batch)
+            observe=self._observe_batcher, after_batch=self.keeper.after_batch)
         self.limits = DecodeLimits(max_pages=config.max_pages, max_pixels=config.max_pixels,
                                    pdf_dpi=config.pdf_dpi)
         self.fetch_url = (make_url_fetcher(config.max_bytes, config.url_timeout_s)
@@ -53,6 +55,10 @@ class OcrService:
 
     def start(self) -> None:
         self.batcher.start()
+
+    def _observe_batcher(self, event: str, value) -> None:
+        metrics.observe_batcher(event, value)
+        self.pace.observe(event, value)
 
     def readiness(self) -> tuple[bool, str]:
         if self.admission.draining:

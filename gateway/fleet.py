@@ -1,0 +1,157 @@
+"""This gateway process's share of the fleet, from the fleet board that gateways and workers
+pass each other (services/ocr_api/fleet_board.py).
+
+- **How much.** The fleet holds the sum of its workers' targets (each worker says how many
+  pages keep it busy: about one on a slow page, up to two on fast ones). Pages held by
+  documents with nothing left to send (an image being read) come off first, each as one
+  page; the rest is split equally between the documents with pages to send, over every
+  gateway process heard from (water-filling). This process may keep its held pages plus
+  its documents' quotas in flight. So equal documents get equal shares of the fleet
+  whichever gateway they came through, and the limit follows the fleet as it grows or
+  shrinks: nothing is configured, nothing plateaus.
+- **Where** is gateway.upstreams' business: the balancer's (nginx `least_conn`), or the
+  emptiest worker by what the workers last said.
+- **Which workers exist** behind a balancer: the ones whose entries the board carries,
+  heard from in its last two minutes (they answer pages and probes), and a draining worker
+  says target 0. `probe_round` says how many probes through the balancer find the ones not
+  met yet: a round that meets new workers is followed at once by one twice as large.
+
+Pure apart from a lock: the board's clock is injected."""
+
+from __future__ import annotations
+
+import math
+import secrets
+import threading
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from services.ocr_api import headers
+from services.ocr_api.fleet_board import Board
+
+FIRST_PROBE_ROUND = 4
+MAX_PROBE_ROUND = 256
+
+
+@dataclass(frozen=True)
+class Share:
+    """One look at the board: this process's fraction of the fleet, the fleet's slots (None:
+    no worker heard of yet) and each known worker's target."""
+
+    fraction: float
+    slots: float | None
+    targets: dict[str, float] = field(default_factory=dict)
+    clients: int = 1
+    documents: float = 1.0  # every process's documents with pages to send
+    held: float = 0.0  # every process's held pages
+    quota: float = 2.0  # slots per document with pages to send
+
+    def target_of(self, worker_ids: Iterable[str], default: float) -> float:
+        """The pages one replica URL holds: the targets of the worker processes heard behind
+        it (one, or OCR_INSTANCES_PER_DEVICE of them), the default when none is known."""
+        known = [self.targets[w] for w in worker_ids if w in self.targets]
+        return sum(known) if known else default
+
+    def document_quota(self) -> int:
+        """Chunks in flight one document with pages to send may have (at least one)."""
+        return max(1, round(self.quota))
+
+    def limit(self, default_target: float) -> int:
+        """Pages this process may keep outstanding behind one load balancer."""
+        return max(1, round(self.fraction * (self.slots or default_target)))
+
+
+class FleetView:
+    def __init__(self, board: Board | None = None, default_target: float = 2.0):
+        self.id = secrets.token_hex(6)
+        self.board = board or Board()
+        self.default_target = default_target
+        self._lock = threading.Lock()
+        self._seq = self._estimate_seq = 0
+        self._documents = 0
+        self._held = 0
+        self._held_seq = 0
+        self._probe_round = FIRST_PROBE_ROUND
+
+    # ---- what this process says --------------------------------------------------------------
+    def set_demand(self, documents: int, held: int = 0) -> None:
+        """How many documents this process has with pages to send, and the pages in flight of
+        its documents with none left to send (the scheduler's)."""
+        with self._lock:
+            if held != self._held:
+                self._held, self._held_seq = held, self._held_seq + 1
+            if documents != self._documents:
+                self._documents, self._seq = documents, self._seq + 1
+
+    def outgoing(self) -> dict[str, str]:
+        """The header every page and probe carries: this process's entries and what it
+        knows."""
+        with self._lock:
+            demand, seq, held, held_seq = (self._documents, self._seq, self._held,
+                                           self._held_seq)
+            self._estimate_seq += 1
+            estimate_seq = self._estimate_seq
+        own_slots = sum(w.value for w in self.board.workers())
+        self.board.say("c", self.id, seq, demand)
+        self.board.say("h", self.id, held_seq, held)
+        self.board.say("f", self.id, estimate_seq, own_slots)
+        return {headers.BOARD: self.board.header([("c", self.id), ("h", self.id),
+                                                   ("f", self.id)])}
+
+    def heard(self, board_header: str | None) -> None:
+        self.board.merge(board_header)
+
+    # ---- what it may take ----------------------------------------------------------------------
+    def share(self, replica_slots: float | None = None) -> Share:
+        """This process's part of the fleet now: its held pages plus an equal quota for each
+        of its documents with pages to send, out of the fleet's slots less every process's
+        held pages. A process with nothing queued is counted as one document, so its first
+        page finds room. The fleet's slots: the sum of the targets of the workers this
+        process has heard of, or a larger estimate another gateway process has (one that has
+        already met the new workers of a scale-up). With a replica list or DNS name, the
+        gateway knows the replicas itself: `replica_slots`, the sum of their targets."""
+        with self._lock:
+            mine, my_held = max(1, self._documents), self._held
+        live = self.board.live()
+        demands = {c.id: c.value for c in live["c"]}
+        demands[self.id] = mine
+        held = {e.id: e.value for e in live["h"]}
+        held[self.id] = my_held
+        targets = {w.id: w.value for w in live["w"]}
+        slots = replica_slots or max(
+            [sum(targets.values())] + [e.value for e in live["f"] if e.id != self.id])
+        total = slots or self.default_target
+        quota = max(0.0, total - sum(held.values())) / sum(demands.values())
+        fraction = min(1.0, (my_held + mine * quota) / total)
+        return Share(fraction, slots or None, targets, len(demands), sum(demands.values()),
+                     sum(held.values()), quota)
+
+    def status(self) -> dict:
+        """This process's place in the fleet, for /fleet."""
+        share = self.share()
+        return {"client": self.id, "fraction": round(share.fraction, 4),
+                "gatewayProcesses": share.clients,
+                "workers": len(share.targets), "fleetSlots": round(share.slots or 0, 2),
+                "limit": share.limit(self.default_target), "documents": self._documents,
+                "held": self._held, "fleetDocuments": share.documents,
+                "fleetHeld": share.held}
+
+    # ---- discovery behind a balancer -------------------------------------------------------
+    def probe_round(self) -> int:
+        """Probes in the next round: at least an eighth of the workers known, so that a run
+        of idle workers already met does not end the search early."""
+        known = len(self.board.workers())
+        with self._lock:
+            return min(MAX_PROBE_ROUND, max(self._probe_round, known // 8))
+
+    def after_probe_round(self, met_new: bool) -> bool:
+        """True when the next round should follow at once (this one met new workers)."""
+        with self._lock:
+            self._probe_round = (min(MAX_PROBE_ROUND, self._probe_round * 2) if met_new
+                                 else FIRST_PROBE_ROUND)
+            return met_new
+
+
+def slots_of(target: float) -> int:
+    """Whole pages for a target: a sliver (under 5 %) is none."""
+    return max(0, math.ceil(target - 0.05))

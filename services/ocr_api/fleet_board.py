@@ -1,0 +1,157 @@
+"""The fleet board: what the gateway processes and the workers of one fleet know of each
+other, passed on by gossip in one header (`X-Ocr-Board`) on every page and every answer.
+
+Four kinds of entries, each stamped by its owner with a sequence number (the newest wins,
+so no clock is shared) and carried with its age (seconds since its owner last said it):
+
+- `c`, a **client** (one gateway process): how many documents it has with pages to send
+  (its demand). Every gateway's share of the fleet is its demand over the sum of the
+  demands of the clients heard from in the last `client_ttl_s`, so equal documents get
+  equal shares of the fleet whichever gateway they came through.
+- `w`, a **worker** (one worker process): how many pages it should hold to stay busy (its
+  target; 0 once it drains). The fleet's slots are the sum of the targets of the workers
+  heard from in the last `worker_ttl_s`: behind one load balancer this is how a gateway
+  learns how many workers there are, without being told.
+- `h`, a client's **held pages**: pages in flight of its documents that have nothing left to
+  send (an image being read, a document's last pages). They come off the fleet's slots
+  before the rest is split by documents, so a gateway busy with images does not take more
+  than its documents' share for its long ones.
+- `f`, a client's **fleet estimate**: the slots it counts. Every gateway takes the largest
+  live estimate, so one that has met the new workers of a scale-up tells the others at once.
+
+A gateway sends its own entry and everything it knows on each page; a worker merges what it
+is sent and answers with its own entry and its board. An entry thus reaches every gateway
+within a few round trips, through whichever workers they share. Workers are many, so a
+message carries at most `max_workers` worker entries, chosen in turn. Pure: the clock is
+injected, and nothing here does I/O. Malformed entries are ignored (the header is
+internal, but never trusted)."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Iterable
+
+from services.ocr_api.headers import BOARD as BOARD_HEADER  # noqa: F401 (re-exported)
+MAX_HEADER_CHARS = 4096  # a longer header is ignored
+MAX_SENT_CHARS = 2048  # nginx's default proxy_buffer_size (4 KiB) holds every answer's headers
+_ID = re.compile(r"[0-9a-z]{1,16}")
+
+
+@dataclass
+class Entry:
+    kind: str  # "c": a client's documents, "h": its held pages, "f": its fleet estimate,
+    # "w": a worker's target
+    id: str
+    seq: int
+    value: float  # a client's demand (documents), a worker's target (pages)
+    heard: float  # local clock time its owner last said it
+
+
+class Board:
+    def __init__(self, *, client_ttl_s: float = 10.0, worker_ttl_s: float = 120.0,
+                 max_entries: int = 512, max_workers: int = 8,
+                 clock: Callable[[], float] = time.monotonic):
+        self.client_ttl_s = client_ttl_s
+        self.worker_ttl_s = worker_ttl_s
+        self.max_entries = max_entries
+        self.max_workers = max_workers
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._entries: dict[tuple[str, str], Entry] = {}
+        self._turn = itertools.count()
+
+    # ---- writing -----------------------------------------------------------------------------
+    def say(self, kind: str, id: str, seq: int, value: float) -> None:
+        """The owner's own entry, fresh."""
+        self._note(Entry(kind, id, seq, value, self.clock()))
+
+    def merge(self, header: str | None) -> None:
+        """Take in what another party sent (its `X-Ocr-Board` header)."""
+        if not header or len(header) > MAX_HEADER_CHARS:
+            return
+        now = self.clock()
+        for item in header.split(","):
+            entry = _parse(item.strip(), now)
+            if entry is not None:
+                self._note(entry)
+
+    def _note(self, entry: Entry) -> None:
+        with self._lock:
+            key = (entry.kind, entry.id)
+            old = self._entries.get(key)
+            if old is not None and (old.seq, old.heard) >= (entry.seq, entry.heard):
+                return  # an older statement, or the same one heard less recently
+            self._entries[key] = entry
+            if len(self._entries) > self.max_entries:
+                stalest = min(self._entries, key=lambda k: self._entries[k].heard)
+                del self._entries[stalest]
+
+    # ---- reading -----------------------------------------------------------------------------
+    def live(self) -> dict[str, list[Entry]]:
+        """The entries heard from recently, by kind ("c", "h", "f", "w"); draining workers are
+        included, with target 0."""
+        now = self.clock()
+        out: dict[str, list[Entry]] = {"c": [], "h": [], "f": [], "w": []}
+        with self._lock:
+            stale = []
+            for key, entry in self._entries.items():
+                age = now - entry.heard
+                ttl = self.worker_ttl_s if entry.kind == "w" else self.client_ttl_s
+                if age <= ttl:
+                    out[entry.kind].append(entry)
+                elif age > 2 * ttl:
+                    stale.append(key)
+            for key in stale:
+                del self._entries[key]
+        return out
+
+    def clients(self) -> list[Entry]:
+        return self.live()["c"]
+
+    def workers(self) -> list[Entry]:
+        return self.live()["w"]
+
+    def header(self, first: Iterable[tuple[str, str]] = ()) -> str:
+        """What to send: the entries keyed in `first` (the sender's own), every live client,
+        and up to `max_workers` other workers, chosen in turn; at most MAX_SENT_CHARS."""
+        now = self.clock()
+        wanted = set(first)
+        live = self.live()
+        entries = live["c"] + live["h"] + live["f"] + live["w"]
+        own = [e for e in entries if (e.kind, e.id) in wanted]
+        clients = [e for e in live["c"] + live["h"] + live["f"] if (e.kind, e.id) not in wanted]
+        workers = sorted((e for e in live["w"] if (e.kind, e.id) not in wanted),
+                         key=lambda e: e.id)  # ids are random: new and old ones mixed
+        if workers:
+            start = next(self._turn) * self.max_workers % len(workers)
+            workers = workers[start:] + workers[:start]
+        text = ""
+        for entry in own + clients + workers[:self.max_workers]:
+            item = _format(entry, now)
+            if len(text) + len(item) + 1 > MAX_SENT_CHARS:
+                break
+            text = f"{text},{item}" if text else item
+        return text
+
+
+def _format(entry: Entry, now: float) -> str:
+    age = max(0, round((now - entry.heard) * 10))
+    return f"{entry.kind}:{entry.id}:{entry.seq}:{round(entry.value * 100)}:{age}"
+
+
+def _parse(item: str, now: float) -> Entry | None:
+    """`kind:id:seq:value*100:age*10`, or None when anything is off."""
+    parts = item.split(":")
+    if len(parts) != 5 or parts[0] not in ("c", "h", "f", "w") or not _ID.fullmatch(parts[1]):
+        return None
+    numbers = parts[2:]
+    if not all(p.isascii() and p.isdigit() and len(p) <= 12 for p in numbers):
+        return None
+    seq, value, age = (int(p) for p in numbers)
+    if value > 10_000_000:
+        return None
+    return Entry(parts[0], parts[1], seq, value / 100.0, now - age / 10.0)

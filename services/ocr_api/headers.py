@@ -1,0 +1,22 @@
+"""The protocol's HTTP headers, named once for the gateway, the workers and the clients."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+LOG_ID = "X-Log-Id"  # one id per document, from the caller or minted, on every hop and log
+API_KEY = "X-API-Key"  # a caller's key (also accepted as Authorization: Bearer)
+DEADLINE_MS = "X-Deadline-Ms"  # gateway -> worker: milliseconds the caller will still wait
+CAPACITY = "X-Ocr-Capacity"  # worker -> gateway: admission slots (OCR_QUEUE_SIZE)
+FREE = "X-Ocr-Free"  # worker -> gateway: slots free as the answer leaves
+WORKER = "X-Ocr-Worker"  # worker -> gateway: the id of the worker process that answered
+BOARD = "X-Ocr-Board"  # both ways: the fleet board (services/ocr_api/fleet_board.py)
+PAGES = "X-Ocr-Pages"  # gateway -> client: pages in a PDF/ZIP/text answer
+NUM_PAGES = "X-Num-Pages"  # gateway -> client: pages of a streamed document, before page 1
+
+
+def int_header(headers: Mapping[str, str], name: str) -> int | None:
+    """A whole-number header (capacity, free slots, Retry-After), None when absent or not one."""
+    value = headers.get(name)
+    return int(value) if value and value.isascii() and value.isdigit() and len(value) < 10 \
+        else None

@@ -1,0 +1,127 @@
+"""Two gateways share 32 sim workers on loopback (fleet mechanics, not OCR), behind one nginx
+and as a replica list: the documents sent to both progress together, because each gateway
+process takes its documents' share of the fleet (gateway/fleet.py), and the fleet's slots are
+learned from the workers, not configured. Progress is read from the NDJSON streams, page by
+page: no wall-clock figure is asserted."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+
+import pytest
+import requests
+
+from deploy.nginx import render as nginx
+from loadtest import documents
+from scripts.fleet import ManagedProcess, free_port, gateway_process, stop_all, worker_process
+
+pytestmark = pytest.mark.slow  # starts servers: scheduled first (tests/conftest.py)
+
+WORKERS = 32
+PAGES = 120
+SIM = {"OCR_ENGINE": "sim", "OCR_SIM_PAGE_MS": "400", "OCR_VISUALIZE": "false",
+       "OCR_LOG_LEVEL": "WARNING"}
+
+
+@pytest.fixture(scope="module")
+def workers(tmp_path_factory):
+    logs = tmp_path_factory.mktemp("fleet-scale")
+    ports = [free_port() for _ in range(WORKERS)]
+    started = [worker_process(p, SIM, logs / f"worker-{p}.log").start() for p in ports]
+    try:
+        for worker in started:
+            worker.wait_ready(120)
+        yield [f"http://127.0.0.1:{p}" for p in ports], logs
+    finally:
+        stop_all(started)
+
+
+@pytest.fixture
+def processes():
+    started: list[ManagedProcess] = []
+    yield started
+    stop_all(started)
+
+
+def upstream_for(mode, urls, logs, processes) -> dict[str, str]:
+    if mode == "list":
+        return {"GATEWAY_REPLICAS": ",".join(urls)}
+    if nginx.find_nginx() is None:
+        pytest.fail("nginx is not installed (make system-deps installs it)")
+    run_dir = logs / f"nginx-{free_port()}"
+    port = free_port()
+    config = nginx.write_config([u.removeprefix("http://") for u in urls],
+                                run_dir / "nginx.conf", run_dir, listen=f"127.0.0.1:{port}")
+    processes.append(ManagedProcess("nginx", nginx.nginx_command(config, run_dir),
+                                    log_path=run_dir / "nginx.log").start())
+    return {"GATEWAY_UPSTREAM_URL": f"http://127.0.0.1:{port}"}
+
+
+@pytest.mark.parametrize("mode", [pytest.param("nginx", marks=pytest.mark.nginx), "list"])
+def test_documents_through_two_gateways_progress_together(mode, workers, processes):
+    urls, logs = workers
+    upstream = upstream_for(mode, urls, logs, processes)
+    gateways = []
+    for index in range(2):
+        port = free_port()
+        gateways.append(gateway_process(port, {**upstream, "GATEWAY_PROCESSES": "1",
+                                               "GATEWAY_JOBS_ENABLED": "false",
+                                               "GATEWAY_LOG_LEVEL": "WARNING"},
+                                        logs / f"gateway-{mode}-{index}.log").start())
+    processes.extend(gateways)
+    for gateway in gateways:
+        gateway.wait_ready(60)
+    # one gateway gets three documents, the other one: shares go by documents, not gateways
+    targets = [gateways[0], gateways[0], gateways[0], gateways[1]]
+    body = json.dumps({"file": base64.b64encode(documents.labelled_pdf(
+        PAGES, lines_per_page=0)).decode(), "visualize": False})
+    done = [0] * len(targets)
+    first_finish: list[list[int]] = []  # everyone's progress when the first document ends
+    midway: list[dict] = []  # each gateway's /fleet share when half the pages are back
+    lock = threading.Lock()
+    start = threading.Barrier(len(targets))
+
+    def read(index: int) -> None:
+        url = gateways.index(targets[index])
+        start.wait()
+        with requests.post(f"{gateways[url].ready_url.rsplit('/', 1)[0]}/ocr", data=body,
+                           headers={"Content-Type": "application/json",
+                                    "Accept": "application/x-ndjson"},
+                           stream=True, timeout=300) as answer:
+            assert answer.status_code == 200
+            for line in answer.iter_lines():
+                if b'"pageIndex"' in line:
+                    assert b'"errorCode"' not in line, line[:300]
+                    with lock:
+                        done[index] += 1
+                        if done[index] == PAGES and not first_finish:
+                            first_finish.append(list(done))
+                        halfway = sum(done) == len(targets) * PAGES // 2
+                    if halfway:  # every document still sends: how the gateways see the fleet
+                        midway.extend(fleet_share(g) for g in gateways)
+
+    threads = [threading.Thread(target=read, args=(i,)) for i in range(len(targets))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    assert done == [PAGES] * len(targets)
+    [progress] = first_finish
+    # halfway through, each gateway had met all the workers behind it and counted every
+    # document: the gateway with three of the four holds about three quarters of the fleet
+    assert [share["workers"] for share in midway] == [WORKERS, WORKERS], midway
+    assert [share["fleetDocuments"] for share in midway] == [4, 4], midway
+    limits = [share["limit"] for share in midway]
+    assert abs(limits[0] - 3 * limits[1]) <= 4, midway
+    if mode == "nginx":
+        # behind one balancer the lone document on the second gateway kept pace with the
+        # three on the first: when the first of the four ended, each had most of its pages.
+        # (The first round of pages, before the gateways have heard of each other, can be
+        # all one gateway's: 32 workers, about a quarter of one document.)
+        assert min(progress) >= 0.6 * PAGES, progress
+
+
+def fleet_share(gateway) -> dict:
+    return requests.get(f"{gateway.ready_url.rsplit('/', 1)[0]}/fleet", timeout=5).json()["share"]

@@ -1,0 +1,241 @@
+"""The fleet board and the shares it gives, without a server: the board's newest-wins merge,
+a worker's target (Pace), each gateway process's fraction and slice, and two gateways
+sharing 64 simulated workers behind one load balancer (services/ocr_api/fleet_board.py,
+services/ocr_worker/capacity.py, gateway/fleet.py, gateway/upstreams.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.dispatch import Attempt
+from gateway.fleet import FleetView, slots_of
+from gateway.outcome import Outcome
+from gateway.upstreams import MODE_LIST, MODE_LOAD_BALANCER, ReplicaSet
+from services.ocr_api import headers
+from services.ocr_api.fleet_board import MAX_SENT_CHARS, Board
+from services.ocr_worker.capacity import Pace, Presence
+
+
+class Clock:
+    def __init__(self, now: float = 1000.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# ---- the board -----------------------------------------------------------------------------
+def test_the_newest_statement_wins_and_ages_travel_with_entries():
+    clock = Clock()
+    board = Board(clock=clock)
+    board.merge("c:aaaa:5:300:0")
+    board.merge("c:aaaa:4:900:0")  # an older statement, heard later: ignored
+    assert [(c.id, c.value) for c in board.clients()] == [("aaaa", 3.0)]
+    board.merge("c:aaaa:6:0:20")  # newer (demand 0), said 2 s ago
+    [entry] = board.clients()
+    assert entry.value == 0 and entry.heard == pytest.approx(clock.now - 2)
+    clock.now += 3
+    other = Board(clock=clock)
+    other.merge(board.header())  # passed on: its age is now 5 s
+    assert other.clients()[0].heard == pytest.approx(clock.now - 5)
+
+
+def test_entries_expire_and_malformed_ones_are_ignored():
+    clock = Clock()
+    board = Board(clock=clock, client_ttl_s=10, worker_ttl_s=120)
+    board.merge("c:aaaa:1:100:0,w:bbbb:1:105:0,junk,c:AAAA:1:1:0,w:cccc:x:1:0,"
+                "c:dddd:1:-5:0,w:eeee:1:100:0:9,c:" + "f" * 17 + ":1:1:0")
+    assert [c.id for c in board.clients()] == ["aaaa"]
+    assert [w.id for w in board.workers()] == ["bbbb"]
+    clock.now += 11
+    assert board.clients() == [] and [w.id for w in board.workers()] == ["bbbb"]
+    clock.now += 110
+    assert board.workers() == []
+    board.merge("c:aaaa:1:100:0," * 2000)  # over the size limit: ignored whole
+    assert board.clients() == []
+
+
+def test_a_header_carries_the_senders_own_entry_and_workers_in_turn_within_its_size():
+    clock = Clock()
+    board = Board(clock=clock, max_workers=8)
+    for i in range(100):
+        board.say("w", f"{i:04x}", 1, 1.5)
+    board.say("c", "me00", 3, 2)
+    seen = set()
+    for _ in range(20):
+        text = board.header([("c", "me00")])
+        assert text.startswith("c:me00:3:200:0") and len(text) <= MAX_SENT_CHARS
+        seen |= {item.split(":")[1] for item in text.split(",") if item.startswith("w:")}
+    assert len(seen) == 100  # every worker passed on within a few messages
+    for i in range(200):
+        board.say("c", f"c{i:03d}", 1, 1)
+    assert len(board.header()) <= MAX_SENT_CHARS
+
+
+# ---- a worker's target ---------------------------------------------------------------------
+def test_a_worker_holds_about_one_page_when_pages_are_long_next_to_the_gap():
+    pace = Pace(batch=1)
+    assert pace.target() == pytest.approx(1.05)  # nothing measured yet: the least headroom
+    for _ in range(50):
+        pace.observe("inference", (2.0, 1))
+        pace.observe("idle", 0.01)
+    assert pace.target() == pytest.approx(1.05)
+    pace.observe("idle", 30.0)  # nobody had work: not a gap
+    assert pace.target() == pytest.approx(1.05)
+
+
+def test_a_worker_holds_two_pages_when_the_gap_is_a_large_part_of_a_page():
+    pace = Pace(batch=4)
+    for _ in range(50):
+        pace.observe("inference", (0.05, 4))
+        pace.observe("idle", 0.02)
+    assert 7.5 < pace.target() < 8.0
+
+
+def test_a_draining_worker_says_target_zero():
+    draining = [False]
+    presence = Presence(Pace(), draining=lambda: draining[0])
+    answer = presence.answer_headers({headers.BOARD: "c:aaaa:1:100:0"})
+    assert answer[headers.WORKER] == presence.id
+    assert answer[headers.BOARD].startswith(f"w:{presence.id}:1:105:0")
+    assert "c:aaaa:1:100:" in answer[headers.BOARD]  # what callers said is passed on
+    draining[0] = True
+    assert presence.answer_headers({})[headers.BOARD].startswith(f"w:{presence.id}:2:0:0")
+
+
+# ---- shares and slices ---------------------------------------------------------------------
+def test_a_gateways_fraction_is_its_documents_over_all_documents():
+    clock = Clock()
+    board = Board(clock=clock)
+    view = FleetView(board)
+    view.id = "m"
+    view.set_demand(2)
+    assert view.share().fraction == 1.0
+    board.merge("c:a:1:100:0,c:z:1:500:0")
+    assert view.share().fraction == pytest.approx(2 / 8)
+    view.set_demand(0)  # nothing queued counts as one document, so a new one finds room
+    assert view.share().fraction == pytest.approx(1 / 7)
+
+
+def test_pages_held_by_images_come_off_first_and_documents_share_the_rest_equally():
+    """One process has 1 long document and 8 images being read; another has 3 long
+    documents and none: each long document gets the same quota of the fleet's 48 slots."""
+    clock = Clock()
+    board = Board(clock=clock)
+    board.say("w", "w1", 1, 48.0)
+    view = FleetView(board)
+    view.id = "a"
+    view.set_demand(1, held=8)
+    board.merge("c:b:1:300:0,h:b:1:0:0")
+    quota = (48 - 8) / 4  # 10 slots per long document
+    assert view.share().fraction * 48 == pytest.approx(8 + 1 * quota)
+    assert view.share().limit(2.0) == 18
+
+
+def test_a_target_is_whole_pages_and_a_sliver_is_none():
+    assert slots_of(1.04) == 1 and slots_of(1.06) == 2 and slots_of(0.04) == 0
+
+
+# ---- 64 workers behind one balancer, two gateway processes ----------------------------------
+class SimulatedFleet:
+    """Workers with real Presences and measured Paces behind a least-connections balancer;
+    gateway processes as real ReplicaSets in load-balancer mode. Pages finish in turn."""
+
+    def __init__(self, clock: Clock, workers: int):
+        self.clock = clock
+        self.workers: list[list] = []  # [presence, pages held]
+        self.add(workers)
+
+    def add(self, count: int) -> None:
+        for _ in range(count):
+            pace = Pace()
+            for _ in range(20):
+                pace.observe("inference", (2.0, 1))
+                pace.observe("idle", 0.02)
+            self.workers.append([Presence(pace, draining=lambda: False,
+                                          clock=self.clock), 0])
+
+    def route(self, request_headers) -> tuple[list, dict]:
+        """nginx least_conn: the fewest pages, ties in turn."""
+        self.turn = getattr(self, "turn", -1) + 1
+        count = len(self.workers)
+        index = min(range(count), key=lambda i: (self.workers[i][1], (i - self.turn) % count))
+        worker = self.workers[index]
+        return worker, worker[0].answer_headers(request_headers)
+
+    def gateway(self, demand: int) -> ReplicaSet:
+        replicas = ReplicaSet(mode=MODE_LOAD_BALANCER, urls=["http://balancer"],
+                              probe=lambda url, h: (True, self.route(h)[1]),
+                              fleet=FleetView(Board(clock=self.clock)), clock=self.clock)
+        replicas.set_demand(demand)
+        return replicas
+
+    def step(self, gateways: list[ReplicaSet]) -> None:
+        """Every gateway fills its allowance and probes (its health round, while its pages
+        run); then every page finishes and is answered."""
+        held = []
+        for replicas in gateways:
+            while (replica := replicas.acquire()) is not None:
+                worker, _ = self.route({})
+                worker[1] += 1
+                held.append((replicas, replica, worker))
+        for replicas in gateways:
+            replicas.probe_all()
+        for replicas, replica, worker in held:
+            worker[1] -= 1
+            answer = worker[0].answer_headers(replicas.fleet.outgoing())
+            replicas.release(replica, Attempt(Outcome.OK, 200, {}, "",
+                                              worker=answer[headers.WORKER],
+                                              board=answer[headers.BOARD]))
+        self.clock.now += 2.0
+
+
+def test_two_gateways_behind_one_balancer_fill_64_workers_in_proportion_to_their_documents():
+    clock = Clock()
+    fleet = SimulatedFleet(clock, 64)
+    a, b = fleet.gateway(demand=3), fleet.gateway(demand=1)
+    for replicas in (a, b):
+        replicas.probe_all()  # probe rounds through the balancer meet the workers
+    for _ in range(3):
+        fleet.step([a, b])
+    limits = [r.replicas()[0].slots for r in (a, b)]
+    assert sum(limits) == pytest.approx(64 * 1.05, abs=2)  # every card busy, few waiting
+    assert limits[0] == pytest.approx(3 * limits[1], abs=2)  # per document, not per gateway
+    # kubectl scale 64 -> 128: probes and pages meet the new workers, the limits follow
+    fleet.add(64)
+    fleet.step([a, b])  # probes and pages meet the new workers
+    fleet.step([a, b])
+    limits = [r.replicas()[0].slots for r in (a, b)]
+    assert 128 <= sum(limits) <= 128 * 1.05 + 2  # two round trips later: every card busy
+
+
+def test_gateways_with_a_replica_list_fill_the_emptiest_workers_within_their_shares():
+    """Three gateway processes (1, 1 and 2 documents) over 8 workers that each hold one page:
+    every worker gets exactly one, in proportion 2:2:4, because each process takes the
+    emptiest worker by what the workers last said and stops at its share."""
+    clock = Clock()
+    urls = [f"http://10.0.0.{i}:8101" for i in range(1, 9)]
+    held = {url: 0 for url in urls}  # pages at each worker, all gateways together
+
+    def probe(url, request_headers):
+        return True, {headers.CAPACITY: "32", headers.FREE: str(32 - held[url])}
+
+    shared = Board(clock=clock)
+    gateways = []
+    for demand in (1, 1, 2):
+        replicas = ReplicaSet(mode=MODE_LIST, urls=urls, probe=probe, clock=clock,
+                              fleet=FleetView(Board(clock=clock), default_target=1.0))
+        replicas.set_demand(demand)
+        shared.merge(replicas.fleet.outgoing()[headers.BOARD])
+        gateways.append(replicas)
+    taken = []
+    for replicas in gateways:
+        replicas.fleet.heard(shared.header())
+        replicas.probe_all()  # what each worker holds now, as the others fill them
+        count = 0
+        while (replica := replicas.acquire()) is not None:
+            held[replica.url] += 1
+            count += 1
+        taken.append(count)
+    assert list(held.values()) == [1] * 8  # none idle, none doubled
+    assert taken == [2, 2, 4]
