@@ -135,7 +135,8 @@ class JobsConfig:
     callback_secret: str | None = None
     callback_attempts: int = 8
     callback_backoff_s: float = 2.0
-    callback_timeout_s: float = 10.0
+    callback_timeout_s: float = 10.0  # one attempt, whole (connect, send, the answer's head)
+    callback_concurrency: int = 4  # attempts under way at once per gateway process
     callback_allow_private: bool = False
 
     @classmethod
@@ -163,6 +164,8 @@ class JobsConfig:
                                          d.callback_backoff_s, 0.01),
             callback_timeout_s=env.float("GATEWAY_JOBS_CALLBACK_TIMEOUT_S",
                                          d.callback_timeout_s, 0.1),
+            callback_concurrency=env.int("GATEWAY_JOBS_CALLBACK_CONCURRENCY",
+                                         d.callback_concurrency, 1, 256),
             callback_allow_private=env.bool("GATEWAY_JOBS_CALLBACK_ALLOW_PRIVATE",
                                             d.callback_allow_private),
         )

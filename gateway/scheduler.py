@@ -23,7 +23,6 @@ from __future__ import annotations
 import itertools
 import logging
 import queue
-import random
 import threading
 import time
 from collections import deque
@@ -35,6 +34,7 @@ from services.ocr_api.errors import ApiError
 
 from . import assemble, metrics
 from .assemble import PageOutcome
+from .backoff import Backoff
 from .budget import RetryBudget
 from .dispatch import Attempt, ReplicaClient
 from .outcome import Outcome
@@ -48,6 +48,7 @@ BATCH = "batch"
 PRIORITIES = (INTERACTIVE, BATCH)
 CLIENT_CHECK_S = 0.5  # how often a waiting request checks that its client is still there
 ABANDON_AFTER_S = 60.0  # past its deadline, a document nobody reads is dropped from the queue
+RETRY_CAP_S = 30.0  # the longest wait before a failed page is tried again
 
 
 class Cutter(Protocol):
@@ -430,7 +431,7 @@ class Scheduler:
             task.chunk.page_indices, code, f"{label} failed {why}: {attempt.message}", doc.kind))
 
     def _backoff(self, attempts: int) -> float:
-        return self.settings.backoff_s * (2 ** (attempts - 1)) * random.uniform(0.5, 1.5)
+        return Backoff(self.settings.backoff_s, RETRY_CAP_S, (0.5, 1.5)).delay(attempts)
 
     def _requeue(self, doc: Document, task: Task, delay: float) -> None:
         with self._cond:

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import random
 import socket
 import threading
 import time
@@ -43,6 +42,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 
 from services.ocr_api import headers as h
 
+from .backoff import Backoff
 from .fleet import FleetView, slots_of
 from .outcome import Outcome
 
@@ -286,10 +286,11 @@ class ReplicaSet:
 
     def _busy(self, replica: Replica, now: float, retry_after_s: float | None) -> None:
         replica.busy_streak += 1
-        pause = min(1.0, self.limits.busy_pause_s * 2 ** (replica.busy_streak - 1))
+        backoff = Backoff(self.limits.busy_pause_s, 1.0, (0.5, 1.0))
+        pause = backoff.delay(replica.busy_streak)
         if retry_after_s is not None:
             pause = min(pause, retry_after_s)
-        replica.busy_until = now + pause * random.uniform(0.5, 1.0)
+        replica.busy_until = now + pause
 
     def _down(self, replica: Replica, now: float) -> None:
         if self.mode == MODE_LOAD_BALANCER:  # nginx ejects its own workers; just pause

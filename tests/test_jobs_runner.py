@@ -213,7 +213,8 @@ def test_callbacks_are_retried_with_backoff_then_recorded(store):
     runner = runner_for(store, service, sender)
     job = submit(store, service, {}, sized_pdf(2), callback_url="https://example.test/hook")
     runner.run_once()  # the pages
-    assert runner.run_once()  # the first attempt: due at once
+    assert runner.run_once()  # the first attempt: due at once, on a delivery thread
+    runner.wait_deliveries()
     first = store.get(job.id)
     assert first.callback_state == CB_PENDING and first.callback_attempts == 1
     assert not runner.run_once()  # the next one is due 5 s later
@@ -221,6 +222,7 @@ def test_callbacks_are_retried_with_backoff_then_recorded(store):
     assert retry is not None
     store.release(job.id, retry.token, retry_at=0)
     assert runner.run_once()
+    runner.wait_deliveries()
     assert store.get(job.id).callback_state == CB_DELIVERED
     assert [b["state"] for b in sender.bodies] == [SUCCEEDED, SUCCEEDED]
     assert sender.bodies[0]["resultUrl"] == f"http://gw/jobs/{job.id}/result"
@@ -237,6 +239,7 @@ def test_callbacks_give_up_after_the_configured_attempts(store):
     while store.get(job.id).callback_state == CB_PENDING and time.monotonic() < deadline:
         if not runner.run_once():
             threading.Event().wait(0.01)  # the next attempt is due in 0.01 s, 0.02 s
+        runner.wait_deliveries()
     gave_up = store.get(job.id)
     assert gave_up.callback_state == CB_FAILED and gave_up.callback_attempts == 3
 
@@ -288,3 +291,31 @@ def test_a_runner_error_gives_the_job_back_for_a_later_try(store):
     assert again.state == RUNNING and again.lease_token == ""
     assert store.claim("other", 30) is None
     assert store.claim("other", 30, now=again.started + 6) is not None
+
+
+def test_receivers_that_drip_hold_no_runner_and_no_other_job(store):
+    """Six jobs whose receiver answers one byte every few seconds, and a seventh job: the
+    callbacks go out on their own threads (at most GATEWAY_JOBS_CALLBACK_CONCURRENCY at
+    once, each cut off at its deadline), so the runner goes on to the seventh job."""
+    from gateway.jobs.callbacks import CallbackSender
+    from tests.test_jobs_callbacks import SECRET, Dripper, loopback_client
+
+    dripper = Dripper(head=True, every_s=5.0)
+    try:
+        service = FakePages()
+        sender = CallbackSender(SECRET, loopback_client(timeout_s=60))
+        runner = runner_for(store, service, sender, callback_concurrency=4)
+        hooked = [submit(store, service, {}, sized_pdf(1), callback_url=dripper.url)
+                  for _ in range(6)]
+        for _ in hooked:
+            assert runner.run_once()  # the pages of the six
+        for _ in range(6):
+            assert runner.run_once()  # their callbacks: four handed over, two put off
+        plain = submit(store, service, {}, sized_pdf(3))
+        assert runner.run_once()
+        assert store.get(plain.id).state == SUCCEEDED
+        assert dripper.finished == 0 and all(
+            store.get(job.id).callback_attempts == 0 for job in hooked)  # still dripping
+    finally:
+        dripper.close()
+        runner.wait_deliveries(5)

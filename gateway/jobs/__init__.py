@@ -5,7 +5,7 @@ finished page; callbacks tell the caller when it is done.
 
     api.py        the /jobs routes               runner.py   leases, pages, callbacks
     store*.py     Redis (fleet) or SQLite (one machine) behind one contract
-    callbacks.py  signing, address policy, one delivery attempt
+    callbacks.py  signing, one delivery attempt (through services/ocr_api/url_input's client)
     results.py    JSON / NDJSON / text from the stored pages     model.py   the job record
 """
 
@@ -19,7 +19,9 @@ from flask import Flask
 
 from ..config import GatewayConfig
 from .api import create_blueprint
-from .callbacks import AddressPolicy, CallbackSender, any_address, public_addresses
+from services.ocr_api.url_input import SafeHttpClient
+
+from .callbacks import CallbackSender, callback_client
 from .runner import JobRunner
 from .store import JobStore, Limits, open_store
 
@@ -30,11 +32,11 @@ class Jobs:
     """What the routes and the runner share in one gateway process. The store is opened on
     first use, so an app built without starting (tests, manifest checks) touches nothing."""
 
-    def __init__(self, config: GatewayConfig, service, policy: AddressPolicy | None = None):
+    def __init__(self, config: GatewayConfig, service, client: SafeHttpClient | None = None):
         self.config = config.jobs
         self.service = service
-        self.policy = policy or (any_address if self.config.callback_allow_private
-                                 else public_addresses)
+        self.client = client or callback_client(self.config.callback_timeout_s,
+                                                self.config.callback_allow_private)
         self.limits = Limits(self.config.max_active, self.config.max_stored_bytes)
         self.runner: JobRunner | None = None
         self._store: JobStore | None = None
@@ -48,8 +50,7 @@ class Jobs:
             return self._store
 
     def start(self) -> None:
-        sender = (CallbackSender(self.config.callback_secret, self.policy,
-                                 self.config.callback_timeout_s)
+        sender = (CallbackSender(self.config.callback_secret, self.client)
                   if self.config.callback_secret else None)
         try:
             store = self.store

@@ -47,7 +47,7 @@ def client_identity() -> str:
 
 
 def create_blueprint(jobs) -> Blueprint:
-    """`jobs`: gateway.jobs.Jobs (config, service, store, runner, callback policy)."""
+    """`jobs`: gateway.jobs.Jobs (config, service, store, runner, callback client)."""
     blueprint = Blueprint("jobs", __name__)
     waiters = threading.BoundedSemaphore(MAX_WAITERS)
 
@@ -71,7 +71,7 @@ def create_blueprint(jobs) -> Blueprint:
                 raise unprocessable("callbackUrl needs a signing secret on the gateway "
                                     "(GATEWAY_JOBS_CALLBACK_SECRET); poll GET /jobs/{id} "
                                     "instead")
-            check_callback_url(callback_url, jobs.policy)
+            check_callback_url(callback_url, jobs.client)
         plan = jobs.service.plan(fields, file_bytes)
         _close(getattr(plan, "chunks", None))  # planned to validate; the runner sends them
         current_log_id.set(plan.request.log_id)

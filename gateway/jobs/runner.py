@@ -19,6 +19,7 @@ import os
 import socket
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
@@ -28,7 +29,8 @@ from .. import assemble
 from ..assemble import PageOutcome
 from ..config import JobsConfig
 from . import metrics
-from .callbacks import CallbackSender, backoff_s
+from ..backoff import Backoff
+from .callbacks import CallbackSender
 from .model import (CB_DELIVERED, CB_FAILED, CB_PENDING, FAILED, FINAL_STATES, SUCCEEDED, Job,
                     StoredPage, iso, page_range_text)
 from .store import Claim, JobStore
@@ -39,6 +41,8 @@ POLL_S = 0.5  # how often an idle runner looks for due jobs in the shared store
 CANCEL_CHECK_S = 0.5  # how often a running job checks that it was not cancelled elsewhere
 PURGE_EVERY_S = 10.0  # at most; with a shorter result TTL, once per TTL
 RETRY_BUSY_S = 5.0  # a job whose pages the gateway's queue refused (429/503) is tried again
+CALLBACK_SLOT_WAIT_S = 1.0  # a callback due while every delivery slot is taken: again then
+CALLBACK_BACKOFF_CAP_S = 600.0
 
 
 def batch_pages(service, plan, keep_sending: Callable[[], bool]) -> Iterator[PageOutcome]:
@@ -82,6 +86,13 @@ class JobRunner:
         self._stopping = threading.Event()
         self._threads: list[threading.Thread] = []
         self._last_purge = 0.0
+        # callbacks go out on threads of their own, a bounded number at once: a receiver
+        # that takes its whole deadline holds one of these, never a runner
+        self._delivery_slots = threading.BoundedSemaphore(config.callback_concurrency)
+        self._deliveries = ThreadPoolExecutor(config.callback_concurrency,
+                                              thread_name_prefix="job-callback")
+        self._pending: set[Future] = set()
+        self._backoff = Backoff(config.callback_backoff_s, CALLBACK_BACKOFF_CAP_S)
 
     # ---- lifecycle ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -113,6 +124,16 @@ class JobRunner:
         deadline = time.monotonic() + timeout_s
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
+        self.wait_deliveries(max(0.0, deadline - time.monotonic()))
+        self._deliveries.shutdown(wait=False, cancel_futures=True)
+
+    def wait_deliveries(self, timeout_s: float | None = None) -> None:
+        """Until the callback attempts under way have ended (or `timeout_s`)."""
+        for future in list(self._pending):
+            try:
+                future.result(timeout_s)
+            except Exception:
+                pass
 
     def _loop(self) -> None:
         while not self._stopping.is_set():
@@ -158,16 +179,16 @@ class JobRunner:
             return False
         lease = Lease(claim.job.id, claim.token,
                       started + self.config.lease_s - self.margin_s)
+        if claim.job.state in FINAL_STATES:
+            self._hand_over_callback(claim.job, lease)
+            return True
         self._leases[lease.job_id] = lease
         try:
-            if claim.job.state in FINAL_STATES:
-                self._deliver_callback(claim.job, lease)
-            else:
-                metrics.JOBS_RUNNING.inc()
-                try:
-                    self._run_pages(claim, lease)
-                finally:
-                    metrics.JOBS_RUNNING.dec()
+            metrics.JOBS_RUNNING.inc()
+            try:
+                self._run_pages(claim, lease)
+            finally:
+                metrics.JOBS_RUNNING.dec()
         except Exception:  # give the job back to be tried again (GATEWAY_JOBS_TIMEOUT_S ends it)
             log.exception("job failed in this runner", extra={"jobId": lease.job_id})
             self._give_back(lease, time.time() + RETRY_BUSY_S)
@@ -276,6 +297,28 @@ class JobRunner:
             self.store.release(lease.job_id, lease.token, retry_at)
 
     # ---- callbacks ---------------------------------------------------------------------------
+    def _hand_over_callback(self, job: Job, lease: Lease) -> None:
+        """To a delivery thread if one is free (the lease kept alive meanwhile), else back
+        to the store, due again shortly."""
+        if not self._delivery_slots.acquire(blocking=False):
+            self.store.release(job.id, lease.token, time.time() + CALLBACK_SLOT_WAIT_S)
+            return
+        self._leases[lease.job_id] = lease
+
+        def deliver() -> None:
+            try:
+                self._deliver_callback(job, lease)
+            except Exception:
+                log.exception("callback delivery failed", extra={"jobId": job.id})
+                self._give_back(lease, time.time() + RETRY_BUSY_S)
+            finally:
+                self._leases.pop(lease.job_id, None)
+                self._delivery_slots.release()
+
+        future = self._deliveries.submit(deliver)
+        self._pending.add(future)
+        future.add_done_callback(self._pending.discard)
+
     def _deliver_callback(self, job: Job, lease: Lease) -> None:
         attempts = job.callback_attempts + 1
         if self.sender is None:
@@ -291,7 +334,7 @@ class JobRunner:
             state, next_at = CB_FAILED, 0.0
         else:
             state = CB_PENDING
-            next_at = time.time() + backoff_s(self.config.callback_backoff_s, attempts)
+            next_at = time.time() + self._backoff.delay(attempts)
         metrics.CALLBACKS.labels("delivered" if delivered else "failed").inc()
         log.info("callback attempt", extra={"jobId": job.id, "logId": job.spec.log_id,
                                             "attempt": attempts, "result": detail,

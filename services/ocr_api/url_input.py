@@ -105,6 +105,17 @@ def blocked_reason(address: Address | str) -> str | None:
     return None
 
 
+def private_allowed(address: Address | str) -> str | None:
+    """The operator's opt-in for receivers inside their own network (job callbacks with
+    GATEWAY_JOBS_CALLBACK_ALLOW_PRIVATE): any unicast address. Unspecified and multicast
+    addresses are still refused: nothing answers there."""
+    if isinstance(address, str):
+        address = ipaddress.ip_address(address.split("%", 1)[0])
+    if address.is_unspecified or address.is_multicast:
+        return "not a unicast address"
+    return None
+
+
 def loopback_allowed_for_tests(address: Address | str) -> str | None:
     """A policy for tests only: the real one, except that loopback is allowed so that a test
     can serve files from 127.0.0.1. No configuration selects it; only a test passes it."""
@@ -394,4 +405,4 @@ def make_url_fetcher(max_bytes: int, timeout_s: float, client: SafeHttpClient | 
 
 __all__ = ["FetchTooLarge", "ResolvedUrl", "SafeHttpClient", "UrlRefused",
            "blocked_reason", "check_public_url", "embedded_ipv4", "loopback_allowed_for_tests",
-           "make_url_fetcher", "split_url"]
+           "make_url_fetcher", "private_allowed", "split_url"]
