@@ -33,7 +33,8 @@ def create_app(config: GatewayConfig | None = None, resolver=None, start: bool =
         return ready, why, {"detail": why}
 
     app = create_service_app("gateway", max_file_bytes=config.max_bytes, readiness=readiness,
-                             record_request=_record, access=access_policy(config))
+                             record_request=_record, access=access_policy(config),
+                             liveness=service.liveness)
     app.extensions["gateway_service"] = service
     web.register(app, service)  # the web page at / and GET /fleet
 

@@ -46,6 +46,7 @@ class Attempt:
     retry_after_s: float | None = None
     worker: str | None = None
     board: str | None = None
+    timed_out: bool = False  # no answer within the time allowed (a 504 to the caller)
 
 
 def make_pool(maxsize: int) -> urllib3.PoolManager:
@@ -83,8 +84,10 @@ class ReplicaClient:
             response = self.pool.request("POST", f"{replica.url}/ocr", body=body,
                                          timeout=timeout, retries=False, headers=headers)
         except TransportError as exc:
-            kind = "timed out" if isinstance(exc, TransportTimeout) else "unreachable"
-            return Attempt(Outcome.DOWN, None, {}, f"{replica.url} {kind} ({type(exc).__name__})")
+            timed_out = isinstance(exc, TransportTimeout)
+            kind = "timed out" if timed_out else "unreachable"
+            return Attempt(Outcome.DOWN, None, {}, f"{replica.url} {kind} ({type(exc).__name__})",
+                           timed_out=timed_out)
         finally:
             metrics.REPLICA_INFLIGHT.labels(replica.url).dec()
             metrics.PAGE_SECONDS.observe(time.monotonic() - started)

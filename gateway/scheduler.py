@@ -248,6 +248,7 @@ class Scheduler:
         self.budget = budget
         self.on_pages_done = on_pages_done
         self.fair = FairQueue()
+        self.failure: str | None = None
         self._cond = threading.Condition()
         self._stop = False
         self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
@@ -315,15 +316,38 @@ class Scheduler:
 
     # ---- scheduler thread --------------------------------------------------------------------
     def _run(self) -> None:
-        while True:
-            with self._cond:
-                if self._stop:
-                    return
-                picked = self._pick()
-                if picked is None:
-                    continue
-                doc, task = picked
-            self._dispatch(doc, task)
+        """The scheduler thread. A fault while handling one chunk fails that chunk (as a
+        real failure: retried elsewhere within the budget), never the loop; if the loop
+        itself ever ends otherwise, `failure` says why (and /readyz, /healthz with it)."""
+        try:
+            while True:
+                with self._cond:
+                    if self._stop:
+                        return
+                    picked = self._pick()
+                    if picked is None:
+                        continue
+                    doc, task = picked
+                try:
+                    self._dispatch(doc, task)
+                except Exception as exc:
+                    log.exception("dispatching a chunk failed", extra={"logId": doc.log_id})
+                    self._chunk_fault(doc, task, None, exc)
+        except BaseException as exc:
+            self.failure = f"the page scheduler stopped: {type(exc).__name__}: {exc}"
+            log.critical(self.failure)
+            raise
+
+    @property
+    def alive(self) -> bool:
+        """False once the scheduler thread has died (not merely not started yet)."""
+        return self.failure is None
+
+    def _chunk_fault(self, doc: Document, task: Task, url: str | None,
+                     exc: Exception) -> None:
+        """A bug or an answer nothing expected, while handling one chunk: a failed attempt."""
+        self._retry_or_fail(doc, task, url, Attempt(
+            Outcome.FAILED, None, {}, f"gateway error handling the chunk: {type(exc).__name__}"))
 
     def _pick(self) -> tuple[Document, Task] | None:
         """Under the lock: the next (document, chunk) to send, or None after waiting a while
@@ -361,16 +385,20 @@ class Scheduler:
         if replica is None:  # only possible when the replica set changed under us
             self._requeue(doc, task, delay=0.05)
             return
-        if task.chunk is None:
-            try:
-                task.chunk = doc.cut(task.position)
-            except ApiError as exc:  # a damaged page, or the document was cancelled
-                self.replicas.give_back(replica)
-                self._settle_pages(doc, task, assemble.failed_pages(
-                    doc.groups[task.position], exc.status, exc.message, doc.kind))
-                return
-            self.budget.record_send()
-        self.executor.submit(self._send, doc, task, replica)
+        try:
+            if task.chunk is None:
+                try:
+                    task.chunk = doc.cut(task.position)
+                except ApiError as exc:  # a damaged page, or the document was cancelled
+                    self.replicas.give_back(replica)
+                    self._settle_pages(doc, task, assemble.failed_pages(
+                        doc.groups[task.position], exc.status, exc.message, doc.kind))
+                    return
+                self.budget.record_send()
+            self.executor.submit(self._send, doc, task, replica)
+        except Exception:
+            self.replicas.give_back(replica)  # the fault itself is the caller's to book
+            raise
 
     def _send(self, doc: Document, task: Task, replica: Replica) -> None:
         """Executor thread: one attempt, then book its answer."""
@@ -384,8 +412,12 @@ class Scheduler:
         except Exception as exc:  # never lose a page to a bug in the send path
             log.exception("sending a chunk failed")
             attempt = Attempt(Outcome.FAILED, None, {}, f"gateway error: {type(exc).__name__}")
-        self.replicas.release(replica, attempt)
-        self._settle(doc, task, replica.url, attempt)
+        try:
+            self.replicas.release(replica, attempt)
+            self._settle(doc, task, replica.url, attempt)
+        except Exception as exc:  # an answer nothing expected: that chunk fails, not the rest
+            log.exception("handling a replica's answer failed", extra={"logId": doc.log_id})
+            self._chunk_fault(doc, task, replica.url, exc)
 
     def _settle(self, doc: Document, task: Task, url: str, attempt: Attempt) -> None:
         outcome = attempt.outcome
@@ -405,11 +437,14 @@ class Scheduler:
         else:
             self._retry_or_fail(doc, task, url, attempt)
 
-    def _retry_or_fail(self, doc: Document, task: Task, url: str, attempt: Attempt) -> None:
+    def _retry_or_fail(self, doc: Document, task: Task, url: str | None,
+                       attempt: Attempt) -> None:
         task.attempts += 1
-        task.tried.add(url)
+        if url is not None:
+            task.tried.add(url)
         reason = str(attempt.status) if attempt.status else "connection"
-        label = _label(task.chunk)
+        pages = doc.groups[task.position]
+        label = _label(pages)
         if (task.attempts < self.settings.max_attempts
                 and doc.deadline > time.monotonic() and self.budget.try_spend()):
             metrics.RETRIES.labels(reason).inc()
@@ -424,11 +459,11 @@ class Scheduler:
                f"after {task.attempts} attempt(s) on {len(task.tried)} replica(s)")
         if task.attempts < self.settings.max_attempts:
             metrics.RETRIES_DENIED.inc()
-        code = 504 if attempt.status == 504 or "timed out" in attempt.message else 502
+        code = 504 if attempt.status == 504 or attempt.timed_out else 502
         if attempt.status and attempt.status >= 500 and attempt.status not in (502, 504):
             code = attempt.status
         self._settle_pages(doc, task, assemble.failed_pages(
-            task.chunk.page_indices, code, f"{label} failed {why}: {attempt.message}", doc.kind))
+            pages, code, f"{label} failed {why}: {attempt.message}", doc.kind))
 
     def _backoff(self, attempts: int) -> float:
         return Backoff(self.settings.backoff_s, RETRY_CAP_S, (0.5, 1.5)).delay(attempts)
@@ -458,7 +493,7 @@ def _until(when: float | None, now: float, cap: float) -> float:
     return cap if when is None else max(0.001, min(cap, when - now))
 
 
-def _label(chunk: Chunk) -> str:
-    first, last = chunk.page_indices[0] + 1, chunk.page_indices[-1] + 1
+def _label(page_indices: tuple[int, ...]) -> str:
+    first, last = page_indices[0] + 1, page_indices[-1] + 1
     return f"page(s) {first}-{last}" if last != first else f"page {first}"
 

@@ -101,7 +101,13 @@ class GatewayService:
             self.config.dns_refresh_s, self.config.health_interval_s,
             after_probe=lambda replicas: metrics.record_replicas(replicas, time.monotonic()))
 
+    def liveness(self) -> str | None:
+        """Why this process must be restarted (its page scheduler died), or None."""
+        return self.scheduler.failure
+
     def readiness(self) -> tuple[bool, str]:
+        if self.scheduler.failure:
+            return False, self.scheduler.failure
         replicas = self.replicas.replicas()
         if self.replicas.any_ready():
             ready = sum(1 for r in replicas if r.ready)

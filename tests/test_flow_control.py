@@ -374,3 +374,52 @@ def test_a_queued_page_past_its_deadline_is_not_sent(run_scheduler):
     sent = len(client.calls)
     assert sent <= 4  # only the pages that were already on replicas
     scheduler.finish(document)
+
+
+# ---- faults inside the gateway ---------------------------------------------------------------
+class MalformedClient(ScriptedClient):
+    """200 answers the reply parser never expected, for the pages in `bad`; good ones else."""
+
+    BODIES = [{"result": "x"}, {"result": {"ocrResults": 5, "dataInfo": []}},
+              {"result": {"ocrResults": [None], "dataInfo": {"type": 7, "pages": "no"}}}]
+
+    def __init__(self, bad):
+        super().__init__(lambda url, page, n: 200)
+        self.bad = set(bad)
+
+    def post(self, replica, body, *, log_id, deadline):
+        page = int(body.decode())
+        if page not in self.bad:
+            return super().post(replica, body, log_id=log_id, deadline=deadline)
+        with self.lock:
+            self.calls.append((replica.url, page))
+            count = sum(1 for _, p in self.calls if p == page)
+        return Attempt(Outcome.OK, 200, self.BODIES[count % len(self.BODIES)], "ok",
+                       capacity=-3, free=10 ** 9, board="c:::", worker="\x00")
+
+
+def test_an_answer_nothing_expected_fails_its_page_not_the_scheduler(run_scheduler):
+    scheduler, _ = run_scheduler(lambda *a: 200)
+    scheduler.client = MalformedClient(bad={1})
+    document = submit(scheduler, 3)
+    codes = texts(document)
+    assert codes[0] == "0" and codes[2] == "2"
+    assert codes[1] in (500, 502)  # tried again as a real failure, then failed
+    assert scheduler.alive and scheduler.failure is None
+    scheduler.client = ScriptedClient(lambda *a: 200)
+    assert texts(submit(scheduler, 2)) == ["0", "1"]  # and the next document is served
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_scheduler_that_dies_says_so(run_scheduler):
+    scheduler, _ = run_scheduler(lambda *a: 200)
+
+    def broken(*args, **kwargs):
+        raise SystemExit("boom")  # not an Exception: the loop itself ends
+
+    scheduler.fair.pick = broken
+    submit(scheduler, 1, deadline_s=2)
+    deadline = time.monotonic() + 10
+    while scheduler.alive and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not scheduler.alive and "SystemExit" in scheduler.failure

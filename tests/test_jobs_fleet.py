@@ -25,6 +25,7 @@ from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pypdfium2 as pdfium
+from PIL import Image
 import pytest
 import requests
 
@@ -42,6 +43,14 @@ SECRET = "fleet-test-secret-0123456789abcdef"
 PAGES = 40
 wait_until = functools.partial(conftest.wait_until, timeout=60.0)
 SIM = {"OCR_ENGINE": "sim", "OCR_VISUALIZE": "false", "OCR_SIM_PAGE_MS": "100"}
+
+
+def sized_tiff(frames: int, base: int) -> bytes:
+    """Frame i is `base + i` pixels wide, as page i of sized_pdf is points wide."""
+    images = [Image.new("L", (base + index, 100), 255) for index in range(frames)]
+    buffer = io.BytesIO()
+    images[0].save(buffer, format="TIFF", save_all=True, append_images=images[1:])
+    return buffer.getvalue()
 
 
 def sized_pdf(pages: int, base: int) -> bytes:
@@ -117,9 +126,13 @@ class CountingProxy:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def page_width(self, body: bytes) -> int:
-        pdf_bytes = base64.b64decode(json.loads(body)["file"])
+        """The width of the page (a one-page PDF) or frame (a TIFF) a request carried."""
+        data = base64.b64decode(json.loads(body)["file"])
+        if data[:4] in (b"II*\x00", b"MM\x00*"):
+            with Image.open(io.BytesIO(data)) as frame:
+                return frame.width
         with self.lock:
-            pdf = pdfium.PdfDocument(pdf_bytes)
+            pdf = pdfium.PdfDocument(data)
             width = round(pdf[0].get_size()[0])
             pdf.close()
         return width
@@ -276,6 +289,54 @@ def test_callback_is_signed_retried_after_a_500_and_delivered_once(fleet, gatewa
     assert payload["jobId"] == job_id and payload["state"] == "succeeded"
     assert payload["resultUrl"] == f"{gateway.url}/jobs/{job_id}/result"
     assert payload["pagesDone"] == 3
+
+
+# A reload (SIGHUP: gunicorn replaces its processes), a graceful stop (SIGTERM) or a kill
+# (SIGKILL) of the gateway mid-job: the job ends succeeded only with every selected page
+# stored once, a TIFF by frames like a PDF by pages, none done before the signal sent again.
+@pytest.mark.parametrize("kind,sig", [
+    pytest.param(kind, sig, marks=pytest.mark.xdist_group("jobs-gateway-signals"))
+    for kind in ("tiff", "pdf") for sig in (signal.SIGHUP, signal.SIGTERM, signal.SIGKILL)],
+    ids=lambda v: getattr(v, "name", v))
+def test_a_job_is_whole_after_a_reload_stop_or_kill_of_its_gateway(fleet, tmp_path, kind,
+                                                                   sig):
+    # page widths no other test of the module uses (the proxy counts pages by width)
+    base = {"tiff": 300, "pdf": 600}[kind] + {signal.SIGHUP: 0, signal.SIGTERM: 100,
+                                              signal.SIGKILL: 200}[sig]
+    env = gateway_env(fleet, GATEWAY_JOBS_DB=str(tmp_path / "jobs.sqlite3"))
+    store = SqliteJobStore(env["GATEWAY_JOBS_DB"])
+    gateways = [start_gateway(fleet, env, f"{kind}-{sig.name}")]
+    try:
+        document = sized_tiff(PAGES, base) if kind == "tiff" else sized_pdf(PAGES, base)
+        answer = submit(gateways[0].url, document)
+        assert answer.status_code == 202, answer.text
+        job_id = answer.json()["result"]["jobId"]
+        assert answer.json()["result"]["numPages"] == PAGES  # counted at submit
+        wait_until(lambda: (job := store.get(job_id)) and job.pages_done >= 3,
+                   what="3 pages done")
+        if sig == signal.SIGHUP:  # to the master: it starts new processes, stops the old
+            os.kill(gateways[0].pid, sig)
+        else:
+            gateways[0].signal_group(sig)
+            gateways[0].process.wait(30)
+        done_at_signal = store.done_indices(job_id)
+        assert len(done_at_signal) < PAGES, "signal the gateway mid-job"
+        if sig != signal.SIGHUP:
+            gateways.append(start_gateway(fleet, env, f"{kind}-{sig.name}-next"))
+        status, _ = follow(gateways[-1].url, job_id)
+        assert status["state"] == "succeeded", status
+        assert status["numPages"] == status["pagesDone"] == PAGES, status
+        assert [p.index for p in store.pages(job_id)] == list(range(PAGES))
+        result = requests.get(f"{gateways[-1].url}/jobs/{job_id}/result", timeout=60)
+        texts = [p["prunedResult"]["rec_texts"][0].split()[2]
+                 for p in result.json()["result"]["ocrResults"]]
+        scale = 2 if kind == "pdf" else 1  # a PDF page is rendered at 144 DPI
+        assert texts == [f"{scale * (base + i)}x{scale * 100}" for i in range(PAGES)]
+        sent = fleet["proxy"].sent(base)
+        assert min(sent) >= 1 and all(sent[i] == 1 for i in done_at_signal), sent
+    finally:
+        stop_all(gateways)
+        store.close()
 
 
 def test_cancel_stops_sending_pages_and_limits_answer_429(fleet, gateway):

@@ -17,13 +17,14 @@ import pypdfium2 as pdfium
 import pytest
 
 from gateway.assemble import PageOutcome, document_result
+from loadtest import documents
 from gateway.config import GatewayConfig, JobsConfig
 from gateway.jobs import results
 from gateway.jobs.api import job_spec
 from gateway.jobs.callbacks import Delivery
 from gateway.jobs.model import (CANCELLED, CB_DELIVERED, CB_FAILED, CB_PENDING, FAILED,
                                 QUEUED, RUNNING, SUCCEEDED, Job, StoredPage)
-from gateway.jobs.runner import JobRunner, batch_pages
+from gateway.jobs.runner import JobRunner
 from gateway.jobs.store import Limits
 from gateway.jobs.store_sqlite import SqliteJobStore
 from gateway.service import GatewayService
@@ -61,22 +62,22 @@ class FakePages(GatewayService):
         self.priorities.append(priority)
         if self.error is not None:
             raise self.error
-        if plan.kind != "pdf":
+        if plan.kind not in ("pdf", "tiff"):
             self.sent.append(0)
             yield PageOutcome(0, {"prunedResult": {"rec_texts": ["img"]}},
                               {"width": 5, "height": 5}, doc_type="image")
             return
-        for index in resolve_page_range(plan.request.page_range,
-                                        count_pages(plan.request.file_bytes)):
+        for index in (i for group in plan.groups for i in group):
             if not keep_sending():
                 return
             self.on_page(index)
             self.sent.append(index)
             if index in self.fail:
-                yield PageOutcome(index, error_code=422, error_msg="page too large")
+                yield PageOutcome(index, error_code=422, error_msg="page too large",
+                                  doc_type=plan.kind)
             else:
                 yield PageOutcome(index, {"prunedResult": {"rec_texts": [f"page {index}"]}},
-                                  {"width": 100 + index, "height": 100})
+                                  {"width": 100 + index, "height": 100}, doc_type=plan.kind)
 
 
 class FakeSender:
@@ -244,24 +245,6 @@ def test_callbacks_give_up_after_the_configured_attempts(store):
     assert gave_up.callback_state == CB_FAILED and gave_up.callback_attempts == 3
 
 
-def test_the_adapter_passes_batch_priority_only_where_it_exists():
-    calls = []
-
-    class Old:
-        def pages_in_order(self, plan, keep_sending=lambda: True):
-            calls.append("old")
-            return iter(())
-
-    class New:
-        def pages_in_order(self, plan, keep_sending=lambda: True, priority="interactive"):
-            calls.append(priority)
-            return iter(())
-
-    list(batch_pages(Old(), SimpleNamespace(), lambda: True))
-    list(batch_pages(New(), SimpleNamespace(), lambda: True))
-    assert calls == ["old", "batch"]
-
-
 def test_queued_state_before_a_runner_takes_it(store):
     service = FakePages()
     job = submit(store, service, {}, sized_pdf(2))
@@ -319,3 +302,46 @@ def test_receivers_that_drip_hold_no_runner_and_no_other_job(store):
     finally:
         dripper.close()
         runner.wait_deliveries(5)
+
+
+def tiff(frames: int) -> bytes:
+    return documents.multipage_tiff([documents.text_image([f"frame {i}"], size=20)
+                                     for i in range(frames)])
+
+
+def test_a_tiff_job_counts_its_frames_at_submit_and_resumes_from_the_missing_ones(store):
+    """A runner that stops after 4 of 30 frames (a gateway reload) hands the job over; the
+    next one sends frames 5-30 only, and the job succeeds with every frame exactly once."""
+    stopping = FakePages()
+    job = submit(store, stopping, {}, tiff(30))
+    assert job.spec.kind == "tiff" and store.get(job.id).num_pages == 30
+    runner = runner_for(store, stopping)
+    stopping.on_page = lambda index: runner._stopping.set() if index == 3 else None
+    assert runner.run_once()
+    stopped = store.get(job.id)
+    # given back, not ended: the page in flight at the stop (frame 4) was still stored
+    assert stopped.state not in (SUCCEEDED, FAILED) and stopped.pages_done == 4
+    resumed = FakePages()
+    assert runner_for(store, resumed).run_once()
+    assert resumed.sent == list(range(4, 30))
+    done = store.get(job.id)
+    assert done.state == SUCCEEDED and done.pages_done == done.num_pages == 30
+    assert [p.index for p in store.pages(job.id)] == list(range(30))
+
+
+def test_a_round_that_ends_in_504_plans_only_the_missing_frames_again(store):
+    class DeadlineAfterFive(FakePages):
+        rounds = 0
+
+        def pages_in_order(self, plan, keep_sending=lambda: True, priority="interactive"):
+            self.rounds += 1
+            for number, page in enumerate(super().pages_in_order(plan, keep_sending, priority)):
+                if self.rounds == 1 and number == 5:
+                    raise ApiError(504, "The request deadline passed")
+                yield page
+
+    service = DeadlineAfterFive()
+    job = submit(store, service, {}, tiff(12))
+    assert runner_for(store, service).run_once()
+    assert service.sent == list(range(6)) + list(range(5, 12))  # frame 6 was in flight
+    assert store.get(job.id).state == SUCCEEDED and store.get(job.id).pages_done == 12

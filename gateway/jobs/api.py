@@ -19,10 +19,9 @@ from services.ocr_api import envelope
 from services.ocr_api.headers import API_KEY as API_KEY_HEADER
 from services.ocr_api.errors import ApiError, unprocessable
 from services.ocr_api.logs import current_log_id
-from services.ocr_api.request import resolve_page_range
 from services.ocr_api.sniff import KIND_PDF
 
-from ..split import count_pages
+from ..split import KIND_TIFF
 from . import results
 from .callbacks import check_callback_url
 from .model import ACTIVE_STATES, CANCELLED, FAILED, FINAL_STATES, Job, JobSpec, iso
@@ -30,6 +29,7 @@ from .runner import job_urls
 from .store import LimitExceeded
 
 JOB_ID = re.compile(r"^[0-9a-f]{32}$")
+PAGED = (KIND_PDF, KIND_TIFF)  # documents whose pages are sent, stored and resumed one by one
 WAIT_POLL_S = 0.2
 MAX_WAITERS = 16  # long-polls held at once per process; more answer at once
 LIMIT_RETRY_AFTER_S = 30
@@ -73,7 +73,6 @@ def create_blueprint(jobs) -> Blueprint:
                                     "instead")
             check_callback_url(callback_url, jobs.client)
         plan = jobs.service.plan(fields, file_bytes)
-        _close(getattr(plan, "chunks", None))  # planned to validate; the runner sends them
         current_log_id.set(plan.request.log_id)
         job = Job(id=uuid.uuid4().hex, client=client_identity(),
                   spec=job_spec(plan, fields, callback_url, base_url()))
@@ -149,18 +148,20 @@ def create_blueprint(jobs) -> Blueprint:
 
 def job_spec(plan, fields: dict, callback_url: str | None, base_url: str) -> JobSpec:
     """What the runner needs to plan the job again on any gateway: the fields without the
-    file, and the selected pages."""
+    file, and the selected pages as the plan selected them (a PDF's pages, a multi-page
+    TIFF's frames: each stored on its own, so a job resumes from the missing ones; the
+    document is not opened again to count them)."""
     request_ = plan.request
     kept = {k: v for k, v in fields.items() if k not in ("file", "pageRange", "fileType")}
     kept["logId"] = request_.log_id
     kept["fileType"] = 0 if plan.kind == KIND_PDF else 1
-    if plan.kind == KIND_PDF:
-        indices = tuple(resolve_page_range(request_.page_range,
-                                           count_pages(request_.file_bytes)))
+    if plan.kind in PAGED:
+        indices = tuple(index for group in plan.groups for index in group)
+        kind = plan.kind
     else:
-        kept["pageRange"] = request_.page_range  # a TIFF's frames: the worker selects them
-        indices = (0,)
-    return JobSpec(kind="pdf" if plan.kind == KIND_PDF else "image", log_id=request_.log_id,
+        kept["pageRange"] = request_.page_range  # an image sent whole
+        indices, kind = (0,), "image"
+    return JobSpec(kind=kind, log_id=request_.log_id,
                    fields={k: v for k, v in kept.items() if v is not None},
                    page_indices=indices, page_range_given=request_.page_range is not None,
                    partial=fields.get("returnPartialResults") is True,
@@ -208,9 +209,4 @@ def status_body(job: Job, failed_pages: list[dict], base_url: str) -> dict:
 def stream(chunks, mimetype: str) -> Response:
     return Response(stream_with_context(chunks), mimetype=mimetype)
 
-
-def _close(chunks) -> None:
-    close = getattr(chunks, "close", None)
-    if close:
-        close()
 

@@ -32,10 +32,10 @@ class JobSpec:
     """The request as submitted; never changes. `fields` are the /ocr fields without `file`
     and `callbackUrl` (the document's bytes are stored beside the job)."""
 
-    kind: str  # "pdf" or "image"
+    kind: str  # "pdf", "tiff" (a multi-page TIFF, by frames) or "image" (sent whole)
     log_id: str
     fields: dict[str, Any]
-    page_indices: tuple[int, ...]  # selected pages of a PDF, 0-based; (0,) for an image
+    page_indices: tuple[int, ...]  # selected pages or frames, 0-based; (0,) for an image
     page_range_given: bool
     partial: bool
     callback_url: str | None = None
@@ -74,8 +74,8 @@ class Job:
 
     @property
     def num_pages(self) -> int:
-        """Pages selected; a TIFF sent as an image has as many as the worker found frames."""
-        if self.spec.kind != "pdf" and self.state in (SUCCEEDED, FAILED):
+        """Pages selected; an image sent whole has as many as the worker found."""
+        if self.spec.kind == "image" and self.state in (SUCCEEDED, FAILED):
             return max(1, self.pages_done)
         return len(self.spec.page_indices)
 

@@ -12,7 +12,6 @@ from any other token."""
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 import os
@@ -43,14 +42,6 @@ PURGE_EVERY_S = 10.0  # at most; with a shorter result TTL, once per TTL
 RETRY_BUSY_S = 5.0  # a job whose pages the gateway's queue refused (429/503) is tried again
 CALLBACK_SLOT_WAIT_S = 1.0  # a callback due while every delivery slot is taken: again then
 CALLBACK_BACKOFF_CAP_S = 600.0
-
-
-def batch_pages(service, plan, keep_sending: Callable[[], bool]) -> Iterator[PageOutcome]:
-    """The gateway's pages_in_order at batch priority where it has priorities, so jobs never
-    starve interactive /ocr calls (before the flow-control queue, plain pages_in_order)."""
-    if "priority" in inspect.signature(service.pages_in_order).parameters:
-        return service.pages_in_order(plan, keep_sending=keep_sending, priority="batch")
-    return service.pages_in_order(plan, keep_sending=keep_sending)
 
 
 @dataclass
@@ -248,10 +239,12 @@ class JobRunner:
             if failure is not None:
                 self._finish(job, lease, FAILED, *failure)
                 return
-            whole_done = stored > 0 and job.spec.kind != "pdf"
+            whole_done = stored > 0 and job.spec.kind == "image"
 
     def _remaining(self, job: Job, whole_done: bool) -> list[int]:
-        if job.spec.kind != "pdf":
+        """The selected pages (frames) not stored yet: a job ends only when there are none.
+        An image is sent whole: all or nothing."""
+        if job.spec.kind == "image":
             return [] if whole_done else list(job.spec.page_indices)
         done = self.store.done_indices(job.id)
         return [index for index in job.spec.page_indices if index not in done]
@@ -261,10 +254,12 @@ class JobRunner:
         """Send the remaining pages and store each as it comes back: (pages stored, and
         (status, message) when a page failed and the job does not want partial results)."""
         fields = dict(job.spec.fields)
-        if job.spec.kind == "pdf":
+        if job.spec.kind != "image":
             fields["pageRange"] = page_range_text(remaining)
         plan = self.service.plan(fields, document)
-        outcomes = batch_pages(self.service, plan, keep_sending)
+        # batch priority: jobs never starve interactive /ocr calls
+        outcomes = self.service.pages_in_order(plan, keep_sending=keep_sending,
+                                               priority="batch")
         stored = 0
         try:
             for page in outcomes:
