@@ -2,7 +2,7 @@
 queue, so once admitted it is never failed for lack of capacity; otherwise it gets 429 with a
 Retry-After estimated from the pages/s the fleet has been doing, before any page is sent.
 Also keeps that rate (pages done over the last minute) for Retry-After and the fleet panel.
-Pure apart from a lock; the clock is injected."""
+Pure apart from a lock and the queued-pages gauge; the clock is injected."""
 
 from __future__ import annotations
 
@@ -15,15 +15,27 @@ from typing import Callable
 
 from services.ocr_api.errors import ApiError
 
+from . import metrics
+
 RATE_WINDOW_S = 60.0
 
 
 @dataclass
 class Ticket:
+    """One admitted document's room in the queue: its pages count down as they are done,
+    and what is left goes back when the document is finished (`release`, idempotent)."""
+
+    door: "FrontDoor"
     pages: int
     nbytes: int
     done_pages: int = 0
     released: bool = False
+
+    def pages_done(self, count: int) -> None:
+        self.door.pages_done(self, count)
+
+    def release(self) -> None:
+        self.door.release(self)
 
 
 class FrontDoor:
@@ -53,7 +65,8 @@ class FrontDoor:
                 raise self._full()
             self.queued_pages += pages
             self.queued_bytes += nbytes
-            return Ticket(pages, nbytes)
+            metrics.QUEUED_PAGES.set(self.queued_pages)
+            return Ticket(self, pages, nbytes)
 
     def pages_done(self, ticket: Ticket, count: int) -> None:
         with self._lock:
@@ -63,6 +76,7 @@ class FrontDoor:
             ticket.done_pages += count
             self.queued_pages -= count
             self._done.append((self._clock(), count))
+            metrics.QUEUED_PAGES.set(self.queued_pages)
 
     def release(self, ticket: Ticket) -> None:
         with self._lock:
@@ -71,6 +85,7 @@ class FrontDoor:
             ticket.released = True
             self.queued_pages -= ticket.pages - ticket.done_pages
             self.queued_bytes -= ticket.nbytes
+            metrics.QUEUED_PAGES.set(self.queued_pages)
 
     def pages_per_second(self) -> float:
         with self._lock:

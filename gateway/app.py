@@ -48,8 +48,8 @@ def create_app(config: GatewayConfig | None = None, resolver=None, start: bool =
         current_log_id.set(plan.request.log_id)
         document = service.open(plan)
         if output != outputs.NDJSON:
-            answer = service.collect(plan, document, client_gone=client_gone())
-            return outputs.respond(output, answer, plan, config)
+            pages = service.collect(plan, document, client_gone=client_gone())
+            return outputs.respond(output, service.answer(plan, pages), config.pdf_fonts)
         started = g.started
 
         def lines():

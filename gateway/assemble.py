@@ -1,13 +1,11 @@
-"""Putting per-chunk worker answers back together in page order: the PaddleX envelope for the
-whole document (one `ocrResults` entry per page, `dataInfo` for the document), optional
-per-page errors for partial results, and the NDJSON lines of a streamed answer. Pure."""
+"""Reading per-chunk worker answers into pages: each page's outcome (its `ocrResults` entry and
+size, or its error), checked against what was sent. Writing answers from pages is
+gateway/outputs/' business. Pure."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-
-from services.ocr_api import envelope
 
 
 @dataclass
@@ -56,66 +54,3 @@ def failed_pages(page_indices: tuple[int, ...], code: int, message: str,
                  doc_type: str) -> list[PageOutcome]:
     return [PageOutcome(index, error_code=code, error_msg=message, doc_type=doc_type)
             for index in page_indices]
-
-
-def data_info(pages: list[PageOutcome], page_range_given: bool) -> dict[str, Any]:
-    """PaddleX's ImageInfo, PDFInfo or TIFFInfo for the whole document."""
-    doc_type = pages[0].doc_type if pages else "pdf"
-    if doc_type == "image":
-        size = pages[0].page_info or {}
-        return envelope.image_data_info(size.get("width"), size.get("height"))
-    info = {"numPages": len(pages), "pages": [p.page_info for p in pages], "type": doc_type}
-    if page_range_given:
-        info["pageIndices"] = [p.page_index for p in pages]
-    return info
-
-
-def failed_page_entry(page: PageOutcome) -> dict[str, Any]:
-    entry = envelope.ocr_page_result(None)
-    entry["error"] = {"errorCode": page.error_code, "errorMsg": page.error_msg}
-    return entry
-
-
-def document_result(pages: list[PageOutcome], page_range_given: bool) -> dict:
-    """`result` for the whole document; failed pages (partial mode) carry an `error`."""
-    result: dict[str, Any] = {
-        "ocrResults": [p.ocr_result if not p.error_code else failed_page_entry(p)
-                       for p in pages],
-        "dataInfo": data_info(pages, page_range_given),
-    }
-    failed = [p for p in pages if p.error_code]
-    if failed:
-        result["failedPages"] = [{"pageIndex": p.page_index, "errorCode": p.error_code,
-                                  "errorMsg": p.error_msg} for p in failed]
-    return result
-
-
-def describe_failures(pages: list[PageOutcome]) -> tuple[int, str]:
-    """One status and message naming every failed page (1-based, as people count pages)."""
-    failed = [p for p in pages if p.error_code]
-    numbers = ", ".join(str(p.page_index + 1) for p in failed[:20])
-    more = f" and {len(failed) - 20} more" if len(failed) > 20 else ""
-    status = failed[0].error_code
-    return status, (f"Page(s) {numbers}{more} could not be processed: {failed[0].error_msg}. "
-                    "Send returnPartialResults: true to get the other pages anyway")
-
-
-def stream_page_line(log_id: str, page: PageOutcome) -> dict[str, Any]:
-    if page.error_code:
-        return {"logId": log_id, "pageIndex": page.page_index, "errorCode": page.error_code,
-                "errorMsg": page.error_msg}
-    return {"logId": log_id, "pageIndex": page.page_index, "ocrResult": page.ocr_result,
-            "pageInfo": page.page_info}
-
-
-def stream_summary_line(log_id: str, pages: list[PageOutcome],
-                        page_range_given: bool) -> dict[str, Any]:
-    failed = [p for p in pages if p.error_code]
-    if failed:
-        code, message = describe_failures(pages)
-        line = envelope.no_result(log_id, code, message)
-    else:
-        line = envelope.success(log_id, {"dataInfo": data_info(pages, page_range_given)})
-    line["done"] = True
-    line["numPages"] = len(pages)
-    return line

@@ -122,7 +122,7 @@ class JobsConfig:
     and how callbacks are sent."""
 
     enabled: bool = True
-    redis_url: str | None = None  # the store of a fleet; without it an SQLite file
+    redis_url: str | None = field(default=None, repr=False)  # may hold a password
     db_path: str = "~/.local/state/ocrfleet/gateway-jobs.sqlite3"
     runners: int = 2  # jobs run at once per gateway process
     lease_s: float = 15.0
@@ -132,7 +132,7 @@ class JobsConfig:
     max_stored_bytes: int = 2 * 1024 ** 3  # per client
     max_wait_s: float = 60.0
     public_url: str | None = None
-    callback_secret: str | None = None
+    callback_secret: str | None = field(default=None, repr=False)  # never in logs
     callback_attempts: int = 8
     callback_backoff_s: float = 2.0
     callback_timeout_s: float = 10.0  # one attempt, whole (connect, send, the answer's head)

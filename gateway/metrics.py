@@ -28,6 +28,8 @@ def record_replicas(replicas, now: float) -> None:
     REPLICAS.labels("ready").set(ready)
     REPLICAS.labels("ejected").set(ejected)
     REPLICAS.labels("known").set(len(replicas))
+    for replica in replicas:
+        REPLICA_LIMIT.labels(replica.url).set(replica.slots)
 
 ATTEMPTS = Counter("ocr_gateway_attempts_total",
                    "Chunk attempts to replicas by outcome (busy = backpressure, not failure)",
@@ -41,5 +43,6 @@ REFUSED = Counter("ocr_gateway_refused_total", "Documents refused at the front d
 QUEUED_PAGES = Gauge("ocr_gateway_queued_pages", "Pages admitted and not yet done",
                      multiprocess_mode="livesum")
 REPLICA_LIMIT = Gauge("ocr_gateway_replica_limit",
-                      "Adaptive limit of outstanding pages per replica", ["replica"],
+                      "Pages the gateway may keep outstanding per replica (behind one load "
+                      "balancer: its share of the whole fleet)", ["replica"],
                       multiprocess_mode="livesum")

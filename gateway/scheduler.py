@@ -51,12 +51,22 @@ ABANDON_AFTER_S = 60.0  # past its deadline, a document nobody reads is dropped 
 RETRY_CAP_S = 30.0  # the longest wait before a failed page is tried again
 
 
-class Cutter(Protocol):
-    """Makes the standalone document for one group of pages (gateway.split)."""
+class Source(Protocol):
+    """A document's chunks (gateway.plan.ChunkSource): each group of pages cut as a
+    standalone document when it is about to go out, and the request body that carries it."""
 
     def cut(self, group: tuple[int, ...]) -> Chunk: ...
 
+    def body(self, chunk: Chunk) -> bytes: ...
+
     def close(self) -> None: ...
+
+
+class Ticket(Protocol):
+    """The document's room in the gateway's queue (gateway.admission): given back, whole,
+    when the document is finished."""
+
+    def release(self) -> None: ...
 
 
 @dataclass
@@ -76,27 +86,24 @@ class Document:
 
     _ids = itertools.count(1)
 
-    def __init__(self, groups: list[tuple[int, ...]], cutter: "Cutter",
-                 make_body: Callable[[Chunk], bytes], *, log_id: str, deadline: float,
-                 kind: str, priority: str = INTERACTIVE,
-                 on_finish: Callable[["Document"], None] = lambda doc: None):
+    def __init__(self, groups: list[tuple[int, ...]], source: Source, ticket: Ticket | None = None,
+                 *, log_id: str, deadline: float, kind: str, priority: str = INTERACTIVE):
         self.id = next(self._ids)
         self.groups = groups
         self.num_chunks = len(groups)
-        self.make_body = make_body
+        self.ticket = ticket
         self.log_id = log_id
         self.deadline = deadline
         self.kind = kind
         self.priority = priority
-        self.on_finish = on_finish
         self.pending: deque[Task] = deque()  # chunks put back (busy or retry), by position
         self.next_position = 0
         self.inflight = 0
         self.stopped = False  # nothing more is sent (deadline, cancel, or failure)
         self.finished = False
         self.answers: queue.Queue = queue.Queue()
-        self._cutter = cutter
-        self._cut_lock = threading.Lock()  # the cutter is used or closed under it
+        self._source = source
+        self._cut_lock = threading.Lock()  # the source is used or closed under it
 
     # ---- scheduler side ----------------------------------------------------------------------
     def has_queued(self) -> bool:
@@ -132,11 +139,17 @@ class Document:
         with self._cut_lock:
             if self.finished:
                 raise ApiError(499, "the document was cancelled")
-            return self._cutter.cut(self.groups[position])
+            return self._source.cut(self.groups[position])
 
-    def close_source(self) -> None:
+    def body(self, chunk: Chunk) -> bytes:
+        return self._source.body(chunk)
+
+    def close(self) -> None:
+        """The document is done with: its source closed, its room in the queue given back."""
         with self._cut_lock:
-            self._cutter.close()
+            self._source.close()
+        if self.ticket is not None:
+            self.ticket.release()
 
     # ---- request side ------------------------------------------------------------------------
     def in_order(self, client_gone: Callable[[], bool] = lambda: False,
@@ -239,14 +252,12 @@ class SchedulerSettings:
 
 class Scheduler:
     def __init__(self, replicas: ReplicaSet, client: ReplicaClient, executor: ThreadPoolExecutor,
-                 settings: SchedulerSettings, budget: RetryBudget,
-                 on_pages_done: Callable[[int], None] = lambda n: None):
+                 settings: SchedulerSettings, budget: RetryBudget):
         self.replicas = replicas
         self.client = client
         self.executor = executor
         self.settings = settings
         self.budget = budget
-        self.on_pages_done = on_pages_done
         self.fair = FairQueue()
         self.failure: str | None = None
         self._cond = threading.Condition()
@@ -289,8 +300,7 @@ class Scheduler:
             doc.pending.clear()
             self.fair.remove(doc)
             self._tell_demand()
-        doc.close_source()
-        doc.on_finish(doc)
+        doc.close()
 
     def stop_sending(self, doc: Document) -> None:
         with self._cond:
@@ -407,7 +417,7 @@ class Scheduler:
             self._requeue(doc, task, delay=0.0)
             return
         try:
-            attempt = self.client.post(replica, doc.make_body(task.chunk), log_id=doc.log_id,
+            attempt = self.client.post(replica, doc.body(task.chunk), log_id=doc.log_id,
                                        deadline=doc.deadline)
         except Exception as exc:  # never lose a page to a bug in the send path
             log.exception("sending a chunk failed")
@@ -486,7 +496,6 @@ class Scheduler:
             if not doc.has_queued():
                 self._tell_demand()
             self._cond.notify_all()
-        self.on_pages_done(len(pages))
 
 
 def _until(when: float | None, now: float, cap: float) -> float:

@@ -9,7 +9,6 @@ gateway.dispatch, replica limits and health in gateway.upstreams."""
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -17,14 +16,12 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
 from services.ocr_api import envelope
-from services.ocr_api.errors import ApiError, unprocessable
-from services.documents.pages import select_pages
-from services.documents.tiff import count_tiff_frames
-from services.ocr_api.request import OcrRequest, parse_ocr_request
-from services.ocr_api.sniff import KIND_PDF, is_tiff
+from services.ocr_api.errors import ApiError
+from services.ocr_api.sniff import KIND_PDF
 from services.ocr_api.url_input import make_url_fetcher
 
-from . import assemble, metrics
+from . import metrics, outputs
+from .outputs import paddlex
 from .admission import FrontDoor
 from .auth import worker_auth_headers
 from .assemble import PageOutcome
@@ -32,32 +29,12 @@ from .budget import RetryBudget
 from .config import GatewayConfig
 from .dispatch import DispatchSettings, ReplicaClient, make_pool, probe_ready
 from .scheduler import INTERACTIVE, Document, Scheduler, SchedulerSettings
-from .split import KIND_TIFF, Chunk, PdfCutter, TiffCutter, WholeFile, count_pages, group_pages
+from .plan import Plan, PlanLimits, plan_document
+from .split import KIND_TIFF
 from .fleet import FleetView
 from .upstreams import MODE_DNS, MODE_LIST, MODE_LOAD_BALANCER, Probe, ReplicaSet
 
 log = logging.getLogger("gateway")
-
-
-@dataclass
-class Plan:
-    """How one request is cut: its kind, its groups of pages (one chunk each), how many
-    pages, whether it is split at all, and its one deadline."""
-
-    request: OcrRequest
-    kind: str
-    groups: list[tuple[int, ...]]
-    num_pages: int
-    split: bool
-    partial: bool
-    deadline: float
-
-    def make_cutter(self):
-        if not self.split:
-            return WholeFile(self.request.file_bytes)
-        if self.kind == KIND_TIFF:
-            return TiffCutter(self.request.file_bytes)
-        return PdfCutter(self.request.file_bytes)
 
 
 def build_replica_set(config: GatewayConfig, probe: Probe, fleet: FleetView,
@@ -94,6 +71,8 @@ class GatewayService:
             RetryBudget(config.retry_budget_ratio, config.retry_budget_min))
         self.fetch_url = (make_url_fetcher(config.max_bytes, config.url_timeout_s)
                           if config.allow_url_input else None)
+        self.plan_limits = PlanLimits(config.max_bytes, config.max_pages,
+                                      config.pages_per_chunk, config.request_timeout_s)
 
     def start(self) -> None:
         self.scheduler.start()
@@ -142,44 +121,12 @@ class GatewayService:
             raise
 
     def plan(self, fields: Mapping[str, Any], file_bytes: bytes | None) -> Plan:
-        deadline = time.monotonic() + self.config.request_timeout_s
-        request = parse_ocr_request(fields, max_bytes=self.config.max_bytes,
-                                    file_bytes=file_bytes, fetch_url=self.fetch_url)
-        partial = fields.get("returnPartialResults", False)
-        if not isinstance(partial, bool):
-            raise unprocessable("returnPartialResults must be true or false")
-        if is_tiff(request.file_bytes):
-            return self._plan_tiff(request, partial, deadline)
-        if request.kind != KIND_PDF:
-            return Plan(request, request.kind, [(0,)], 1, False, partial, deadline)
-        indices = select_pages(request.page_range, count_pages(request.file_bytes),
-                               self.config.max_pages, server="gateway")
-        return self._split_or_whole(request, KIND_PDF, indices, partial, deadline)
-
-    def _plan_tiff(self, request: OcrRequest, partial: bool, deadline: float) -> Plan:
-        """A multi-page TIFF is split by frames like a PDF by pages (frames counted cheaply
-        and capped); a single-frame one is an image."""
-        frames = count_tiff_frames(request.file_bytes, self.config.max_pages)
-        if frames <= 1:
-            return Plan(request, request.kind, [(0,)], 1, False, partial, deadline)
-        indices = select_pages(request.page_range, frames, self.config.max_pages,
-                               what="TIFF", server="gateway")
-        plan = self._split_or_whole(request, KIND_TIFF, indices, partial, deadline)
-        if not plan.split:  # sent whole: the worker selects the frames and names them
-            plan.kind = request.kind
-        return plan
-
-    def _split_or_whole(self, request: OcrRequest, kind: str, indices: list[int],
-                        partial: bool, deadline: float) -> Plan:
-        if len(indices) <= self.config.pages_per_chunk:
-            return Plan(request, kind, [tuple(indices)], len(indices), False, partial,
-                        deadline)
-        groups = group_pages(indices, self.config.pages_per_chunk)
-        return Plan(request, kind, groups, len(indices), True, partial, deadline)
+        return plan_document(fields, file_bytes, self.plan_limits, self.fetch_url)
 
     def open(self, plan: Plan, priority: str = INTERACTIVE) -> Document:
         """Admit the document into the queue (429 when it does not fit, 503 when no replica
-        is ready) and start sending its pages as replicas have room."""
+        is ready) and start sending its pages as replicas have room. The admission ticket
+        goes with the document and is given back when it is finished."""
         if not self.replicas.any_not_known_down():
             metrics.REFUSED.labels("no_replica").inc()
             raise ApiError(503, "No OCR replica is ready: retry shortly", {"Retry-After": "2"})
@@ -188,27 +135,15 @@ class GatewayService:
         except ApiError:
             metrics.REFUSED.labels("queue_full").inc()
             raise
-        metrics.QUEUED_PAGES.set(self.front.queued_pages)
         try:
-            cutter = plan.make_cutter()
+            source = plan.source()
         except BaseException:
-            self._close_ticket(ticket)
+            ticket.release()
             raise
-        doc = Document(plan.groups, cutter, lambda chunk: self._chunk_body(plan, chunk),
-                       log_id=plan.request.log_id, deadline=plan.deadline, kind=plan.kind,
-                       priority=priority, on_finish=lambda _: self._close_ticket(ticket))
-        doc.ticket = ticket
-        return self.scheduler.submit(doc)
-
-    def _close_ticket(self, ticket) -> None:
-        self.front.release(ticket)
-        metrics.QUEUED_PAGES.set(self.front.queued_pages)
-
-    def _chunk_body(self, plan: Plan, chunk: Chunk) -> bytes:
-        request = plan.request
-        page_range = None if plan.split else request.page_range
-        kind = chunk.kind if plan.split else plan.kind
-        return json.dumps(request.forward_body(chunk.data, kind, page_range)).encode()
+        return self.scheduler.submit(Document(plan.groups, source, ticket,
+                                              log_id=plan.request.log_id,
+                                              deadline=plan.deadline, kind=plan.kind,
+                                              priority=priority))
 
     def pages_in_order(self, plan: Plan, keep_sending: Callable[[], bool] = lambda: True, *,
                        priority: str = INTERACTIVE, document: Document | None = None,
@@ -221,8 +156,7 @@ class GatewayService:
         doc = document or self.open(plan, priority)
         try:
             for pages in doc.in_order(client_gone):
-                self.front.pages_done(doc.ticket, len(pages))
-                metrics.QUEUED_PAGES.set(self.front.queued_pages)
+                doc.ticket.pages_done(len(pages))
                 yield from pages
                 if not keep_sending():
                     self.scheduler.stop_sending(doc)
@@ -230,10 +164,10 @@ class GatewayService:
             self.scheduler.finish(doc)
 
     def collect(self, plan: Plan, document: Document | None = None,
-                client_gone: Callable[[], bool] = lambda: False) -> dict[str, Any]:
-        """The whole document as one PaddleX envelope. Without partial results, the first
-        failed page stops new pages going out; the error names every page that failed among
-        those already sent."""
+                client_gone: Callable[[], bool] = lambda: False) -> list[PageOutcome]:
+        """Every page of the document, in order, for outputs/ to answer with. Without partial
+        results, the first failed page stops new pages going out, and the error (a 4xx/5xx
+        JSON answer) names every page that failed among those already sent."""
         pages: list[PageOutcome] = []
         failed: list[PageOutcome] = []
         outcomes = self.pages_in_order(plan, lambda: plan.partial or not failed,
@@ -247,37 +181,43 @@ class GatewayService:
             outcomes.close()
         _count_pages(pages)
         if failed and not plan.partial:
-            status, message = assemble.describe_failures(failed)
+            status, message = paddlex.describe_failures(failed)
             skipped = plan.num_pages - len(pages)
             if skipped:
                 message += f" ({skipped} later page(s) were not attempted)"
             raise ApiError(status, message)
-        return envelope.success(plan.request.log_id,
-                                assemble.document_result(pages,
-                                                         plan.request.page_range is not None))
+        return pages
+
+    def answer(self, plan: Plan, pages: list[PageOutcome]) -> outputs.Answer:
+        """What outputs/ writes an answer from, for these pages of the planned document."""
+        request = plan.request
+        return outputs.Answer(request.log_id, plan.kind, request.page_range is not None,
+                              lambda: iter(pages), lambda: request.file_bytes, len(pages))
 
     def stream(self, plan: Plan, document: Document | None = None) -> Iterator[bytes]:
         """NDJSON: one line per page in order (each with the document's page count), then a
         summary line."""
         pages: list[PageOutcome] = []
+        log_id = plan.request.log_id
+        extra = {"numPages": plan.num_pages} if plan.kind in (KIND_PDF, KIND_TIFF) else {}
         outcomes = self.pages_in_order(plan, document=document)
-        try:
+
+        def until_a_failure() -> Iterator[PageOutcome]:
             for page in outcomes:
-                pages.append(page)
-                line = assemble.stream_page_line(plan.request.log_id, page)
-                if plan.kind in (KIND_PDF, KIND_TIFF):
-                    line["numPages"] = plan.num_pages
-                yield _line(line)
+                yield page
                 if page.error_code and not plan.partial:
-                    break
+                    return
+
+        try:
+            yield from paddlex.ndjson_pages(log_id, until_a_failure(), pages, **extra)
         except ApiError as exc:
-            yield _line(envelope.no_result(plan.request.log_id, exc.status, exc.message))
+            yield paddlex.line(envelope.no_result(log_id, exc.status, exc.message))
             return
         finally:
             outcomes.close()
         _count_pages(pages)
-        yield _line(assemble.stream_summary_line(plan.request.log_id, pages,
-                                                 plan.request.page_range is not None))
+        yield paddlex.line(paddlex.stream_summary_line(log_id, pages,
+                                                       plan.request.page_range is not None))
 
     def shutdown(self) -> None:
         self.replicas.stop()
@@ -290,6 +230,3 @@ def _count_pages(pages: list[PageOutcome]) -> None:
     metrics.PAGES.labels("ok").inc(len(pages) - failed)
     metrics.PAGES.labels("failed").inc(failed)
 
-
-def _line(obj: dict[str, Any]) -> bytes:
-    return json.dumps(obj, ensure_ascii=False).encode() + b"\n"

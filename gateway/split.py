@@ -16,8 +16,7 @@ from services.ocr_api.errors import ApiError, excerpt, unprocessable
 from services.ocr_api.sniff import KIND_IMAGE, KIND_PDF
 
 __all__ = ["PDFIUM_LOCK", "KIND_TIFF", "Chunk", "PdfCutter", "TiffCutter", "WholeFile",
-           "count_pages", "group_pages", "iter_chunks", "iter_tiff_chunks", "open_pdf",
-           "split_pdf"]
+           "count_pages", "group_pages", "open_pdf"]
 
 KIND_TIFF = "tiff"  # a plan's kind when a multi-page TIFF is split by frames
 
@@ -30,10 +29,6 @@ class Chunk:
     page_indices: tuple[int, ...]
     data: bytes
     kind: str = KIND_PDF
-
-    @property
-    def pdf(self) -> bytes:  # the name from when every chunk was a PDF
-        return self.data
 
 
 count_pages = count_pdf_pages
@@ -96,21 +91,6 @@ class WholeFile:
         pass
 
 
-def iter_chunks(data: bytes, page_indices: list[int],
-                pages_per_chunk: int = 1) -> Iterator[Chunk]:
-    """Chunks in page order, each made only when asked for."""
-    cutter = PdfCutter(data)
-    try:
-        for group in group_pages(page_indices, pages_per_chunk):
-            yield cutter.cut(group)
-    finally:
-        cutter.close()
-
-
-def split_pdf(data: bytes, page_indices: list[int], pages_per_chunk: int = 1) -> list[Chunk]:
-    return list(iter_chunks(data, page_indices, pages_per_chunk))
-
-
 # The worker decodes a one-frame TIFF with OpenCV and a frame of a multi-frame TIFF with
 # Pillow's convert("RGB"). A chunk therefore holds each frame already converted the way the
 # worker would convert it inside the whole file (so both paths see the same pixels), except
@@ -169,16 +149,3 @@ class TiffCutter:
 
     def close(self) -> None:
         self._tiff.close()
-
-
-def iter_tiff_chunks(data: bytes, page_indices: list[int], pages_per_chunk: int = 1,
-                     max_pixels: int = DEFAULT_MAX_PIXELS) -> Iterator[Chunk]:
-    """Chunks of a multi-page TIFF in page order, each a standalone TIFF of up to
-    `pages_per_chunk` consecutive selected frames (kind image), made only when asked for.
-    Frames are read in ascending order, so Pillow walks the file once."""
-    cutter = TiffCutter(data, max_pixels)
-    try:
-        for group in group_pages(page_indices, pages_per_chunk):
-            yield cutter.cut(group)
-    finally:
-        cutter.close()

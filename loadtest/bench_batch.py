@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gateway.split import iter_chunks
+from gateway.split import PdfCutter
 from loadtest import documents, figures, local_fleet, procstats, report
 from loadtest.bench_engine import per_worker_rate
 from loadtest.checks import page_texts
@@ -64,7 +64,9 @@ def single_pages(docs: list[bytes], counts: list[int], most: int = 10) -> list[b
     """The first pages of the folder, each as the one-page PDF the gateway sends a worker."""
     pages: list[bytes] = []
     for data, count in zip(docs, counts):
-        pages += [chunk.pdf for chunk in iter_chunks(data, list(range(count)))]
+        cutter = PdfCutter(data)
+        pages += [cutter.cut((index,)).data for index in range(count)]
+        cutter.close()
         if len(pages) >= most:
             break
     return pages[:most]

@@ -46,6 +46,8 @@ from scripts.fleet import ManagedProcess, free_port, gateway_process, stop_all, 
 DEFAULT_SHAPES = ("nginx:16:2,nginx:64:1,nginx:64:2,nginx:64:4,nginx:128:2,"
                   "list:16:2,list:64:2,list:128:4,dns:64:2")
 QUICK_SHAPES = "nginx:16:1,nginx:32:2,list:32:2"
+WINDOW_S = 4.0  # growth: pages/s over the last 4 s (two page times at 64 replicas: pages
+# come back in waves, and a window of one page time shows the waves' phase, not the rate)
 
 
 @dataclass
@@ -317,11 +319,15 @@ class PageCounter:
         (t0, n0), (t1, n1) = inside[0], inside[-1]
         return (n1 - n0) / (t1 - t0)
 
-    def rates(self, started: float) -> list[tuple[float, float]]:
-        """(seconds since `started`, pages/s) over each second."""
+    def rates(self, started: float, window_s: float = WINDOW_S) -> list[tuple[float, float]]:
+        """(seconds since `started`, pages/s over the `window_s` before): pages come back in
+        waves a page time apart, so a shorter window would show the waves, not the rate."""
         out = []
-        for (t0, a), (t1, b) in zip(self.samples, self.samples[2:]):
-            out.append((round(t1 - started, 1), round((b - a) / (t1 - t0), 2)))
+        for index, (t1, b) in enumerate(self.samples):
+            earlier = [(t, n) for t, n in self.samples[:index] if t <= t1 - window_s]
+            if earlier:
+                t0, a = earlier[-1]
+                out.append((round(t1 - started, 1), round((b - a) / (t1 - t0), 2)))
         return out
 
 

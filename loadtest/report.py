@@ -47,10 +47,23 @@ def commit() -> str:
     return head + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
+def command() -> str:
+    """How this run was started, as anyone would type it in a checkout: a module of the
+    project as `python -m`, the knobs set in the environment (BENCH_*) in front."""
+    program = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
+    words = list(sys.argv[1:])
+    if program and program.suffix == ".py" and REPO_ROOT in program.parents:
+        module = ".".join(program.relative_to(REPO_ROOT).with_suffix("").parts)
+        words = ["python", "-m", module, *words]
+    else:
+        words = ["python", *sys.argv]
+    knobs = [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("BENCH_")]
+    return " ".join(knobs + words)
+
+
 def stamp() -> dict[str, Any]:
     """Where and how a result was produced, stored next to the figures."""
-    return {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-            "command": " ".join([Path(sys.executable).name, *sys.argv]),
+    return {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": command(),
             "commit": commit(), "machine": machine()}
 
 
@@ -185,7 +198,7 @@ def plot_fleet(fleet: dict[str, Any], path: Path) -> Path:
         for i, value in enumerate(values):
             axis.annotate(f"{value:.3g}", (i, value), ha="center", textcoords="offset points",
                           xytext=(0, 3), fontsize=8)
-        axis.set_xticks(range(len(shapes)), names, fontsize=7)
+        axis.set_xticks(range(len(shapes)), names, fontsize=7, rotation=45, ha="right")
         axis.set_title(title, fontsize=10)
         axis.grid(alpha=0.3, axis="y")
         axis.legend(fontsize=8)
@@ -202,7 +215,7 @@ def plot_fleet(fleet: dict[str, Any], path: Path) -> Path:
         axis.axvline(run["shrunk_at_s"], color="grey", linestyle=":", label="64 -> 32")
         for n in (16, 64, 32):
             axis.axhline(n * per_replica, color="tab:red", linestyle=":", linewidth=0.8)
-        axis.set_title("growth mid-load: pages/s", fontsize=10)
+        axis.set_title("growth mid-load: pages/s over 4 s", fontsize=10)
         axis.set_xlabel("seconds")
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8)

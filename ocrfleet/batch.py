@@ -73,13 +73,24 @@ def discover(input_dir: Path, pattern: str | None, output_dir: Path) -> list[Pat
     return sorted(found)
 
 
+class OutputCollision(ValueError):
+    """Two inputs would write the same output file (x.pdf next to x.png and x.pdf.png)."""
+
+
 def output_names(files: list[Path], formats: list[str]) -> dict[Path, dict[str, Path]]:
-    """Each input's output path (relative) per format."""
+    """Each input's output path (relative) per format; OutputCollision, naming both inputs,
+    when two of them would write the same file (never one over the other)."""
     stems = Counter((f.parent, f.stem) for f in files)
-    names = {}
+    names: dict[Path, dict[str, Path]] = {}
+    writers: dict[Path, Path] = {}
     for f in files:
         base = f.stem if stems[(f.parent, f.stem)] == 1 else f.name
         names[f] = {fmt: f.parent / f"{base}.{fmt}" for fmt in formats}
+        for path in names[f].values():
+            other = writers.setdefault(path, f)
+            if other != f:
+                raise OutputCollision(f"{other} and {f} would both write {path}: rename one "
+                                      "of them (or run them in separate batches)")
     return names
 
 

@@ -103,7 +103,11 @@ def _batch(args) -> int:
         return 2
     options = batch.BatchOptions(args.input_dir, args.output_dir, args.format, args.pattern,
                                  args.concurrency, False if args.no_progress else None)
-    return batch.run(Client(_settings(args)), options)
+    try:
+        return batch.run(Client(_settings(args)), options)
+    except batch.OutputCollision as exc:
+        print(f"ocrfleet: {exc}", file=sys.stderr)
+        return 2
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -136,6 +136,40 @@ def test_output_names_mirror_the_tree_and_keep_suffixes_only_on_a_clash():
     assert names[Path("report.pdf")]["pdf"] == Path("report.pdf")
 
 
+@pytest.mark.parametrize("files,collides", [
+    (["x.pdf", "x.png", "x.pdf.png"], True),  # x.pdf keeps its suffix: x.pdf.txt, twice
+    (["x.pdf", "x.pdf.png"], False),  # x.txt and x.pdf.txt
+    (["a/x.pdf", "b/x.pdf"], False),  # the tree is mirrored
+])
+def test_two_inputs_never_write_one_output_the_batch_refuses_naming_both(files, collides):
+    from pathlib import Path
+
+    paths = [Path(f) for f in files]
+    if collides:
+        with pytest.raises(batch.OutputCollision) as caught:
+            batch.output_names(paths, ["txt"])
+        assert "x.pdf and x.pdf.png would both write x.pdf.txt" in str(caught.value)
+        return
+    written = [p for outputs in batch.output_names(paths, ["txt"]).values()
+               for p in outputs.values()]
+    assert len(written) == len(set(written))
+
+
+def test_a_collision_is_refused_before_anything_is_sent(tmp_path, capsys):
+    from ocrfleet import cli
+
+    source = tmp_path / "in"
+    source.mkdir()
+    for name in ("x.pdf", "x.png", "x.pdf.png"):
+        (source / name).write_bytes(b"x")
+    status = cli.main(["batch", str(source), str(tmp_path / "out"), "--format", "txt",
+                       "--url", "http://127.0.0.1:9"])
+    assert status == 2
+    err = capsys.readouterr().err
+    assert "x.pdf" in err and "x.pdf.png" in err and "would both write" in err
+    assert not (tmp_path / "out" / "x.pdf.txt").exists()
+
+
 def test_batch_writes_each_output_once_skips_done_files_and_reports_failures(server, tmp_path):
     source, target = tmp_path / "in", tmp_path / "out"
     (source / "sub").mkdir(parents=True)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from gateway.split import Chunk, iter_tiff_chunks
+from gateway.split import Chunk, TiffCutter, group_pages
 from services.documents.pages import select_pages
 from services.documents.pdf import count_pdf_pages
 from services.documents.tiff import count_tiff_frames
@@ -119,7 +119,8 @@ def test_tiff_chunks_give_the_worker_the_same_pixels_as_the_whole_file(mode, pag
     whole = tiff_bytes(frames, compression=compression)
     selected = [0, 2, 3, 4]
     expected = worker_pixels(whole, selected)
-    chunks = list(iter_tiff_chunks(whole, selected, pages_per_chunk))
+    cutter = TiffCutter(whole)
+    chunks = [cutter.cut(group) for group in group_pages(selected, pages_per_chunk)]
     got = [pixels for chunk in chunks for pixels in worker_pixels(chunk.data)]
     assert [c.page_indices for c in chunks] == (
         [(0,), (2,), (3,), (4,)] if pages_per_chunk == 1 else [(0,), (2, 3), (4,)])
@@ -131,7 +132,7 @@ def test_tiff_chunks_give_the_worker_the_same_pixels_as_the_whole_file(mode, pag
 
 def test_a_single_frame_chunk_decodes_with_opencv_like_the_frame_in_the_file():
     whole = tiff_bytes([frame("RGB", seed=1), frame("RGB", seed=2)])
-    (chunk,) = iter_tiff_chunks(whole, [1])
+    chunk = TiffCutter(whole).cut((1,))
     with Image.open(io.BytesIO(whole)) as tiff:
         tiff.seek(1)
         expected = np.asarray(tiff.convert("RGB"))[:, :, ::-1]
@@ -141,12 +142,14 @@ def test_a_single_frame_chunk_decodes_with_opencv_like_the_frame_in_the_file():
 def test_tiff_chunks_are_lazy_and_a_bad_frame_is_a_422_when_reached():
     whole = tiff_bytes([frame("L", seed=i) for i in range(3)])
     truncated = whole[: len(whole) - 40]
-    chunks = iter_tiff_chunks(whole, [0, 1, 2], max_pixels=64 * 48 - 1)
+    cutter = TiffCutter(whole, max_pixels=64 * 48 - 1)  # opening reads no frame
     with pytest.raises(ApiError) as caught:
-        next(chunks)
+        cutter.cut((0,))
     assert caught.value.status == 422 and "Page 1" in caught.value.message
     with pytest.raises(ApiError):
-        list(iter_tiff_chunks(truncated, [0, 1, 2]))
+        broken = TiffCutter(truncated)
+        for index in range(3):
+            broken.cut((index,))
 
 
 def test_page_selection_and_limits_are_shared():

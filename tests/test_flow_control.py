@@ -139,7 +139,7 @@ def test_a_replica_that_timed_out_is_readmitted_only_by_a_real_answer():
 # ---- the fair queue ------------------------------------------------------------------------
 def doc(pages, priority=INTERACTIVE, deadline=1e9):
     groups = [(i,) for i in range(pages)]
-    return Document(groups, WholeFile(b""), lambda chunk: b"", log_id="t", deadline=deadline,
+    return Document(groups, PageCutter(), log_id="t", deadline=deadline,
                     kind="pdf", priority=priority)
 
 
@@ -269,8 +269,13 @@ class ScriptedClient:
 
 
 class PageCutter:
+    """A document's chunks: page i is the bytes of str(i), sent as they are."""
+
     def cut(self, group):
         return Chunk(group, str(group[0]).encode())
+
+    def body(self, chunk):
+        return chunk.data
 
     def close(self):
         pass
@@ -298,7 +303,7 @@ def run_scheduler():
 
 
 def submit(scheduler, pages, deadline_s=30.0, priority=INTERACTIVE):
-    d = Document([(i,) for i in range(pages)], PageCutter(), lambda chunk: chunk.pdf,
+    d = Document([(i,) for i in range(pages)], PageCutter(),
                  log_id="t", deadline=time.monotonic() + deadline_s, kind="pdf",
                  priority=priority)
     return scheduler.submit(d)

@@ -5,9 +5,10 @@ import pypdfium2 as pdfium
 import pytest
 
 from gateway import assemble
+from gateway.outputs import paddlex
 from gateway.config import GatewayConfig
 from gateway.dispatch import Attempt
-from gateway.split import group_pages, split_pdf
+from gateway.split import PdfCutter, group_pages
 from gateway.outcome import Outcome
 from gateway.upstreams import MODE_DNS, MODE_LIST, LimitSettings, NoReplicas, ReplicaSet
 from loadtest import documents
@@ -22,11 +23,13 @@ def test_group_pages_makes_consecutive_runs():
 
 def test_split_pdf_keeps_each_page_and_its_size():
     pdf = documents.labelled_pdf(5, lines_per_page=0)
-    chunks = split_pdf(pdf, [0, 2, 3, 4], pages_per_chunk=2)
+    cutter = PdfCutter(pdf)
+    chunks = [cutter.cut(group) for group in group_pages([0, 2, 3, 4], 2)]
+    cutter.close()
     assert [c.page_indices for c in chunks] == [(0,), (2, 3), (4,)]
     original = pdfium.PdfDocument(pdf)
     for chunk in chunks:
-        part = pdfium.PdfDocument(chunk.pdf)
+        part = pdfium.PdfDocument(chunk.data)
         assert len(part) == len(chunk.page_indices)
         for offset, index in enumerate(chunk.page_indices):
             assert part[offset].get_size() == original[index].get_size()
@@ -43,7 +46,7 @@ def reply(texts, sizes):
 def test_reassembly_orders_pages_and_builds_data_info():
     pages = (assemble.pages_from_reply(reply(["a"], [(10, 20)]), (0,), "pdf")
              + assemble.pages_from_reply(reply(["b", "c"], [(11, 21), (12, 22)]), (1, 2), "pdf"))
-    result = assemble.document_result(pages, page_range_given=False)
+    result = paddlex.document_result(pages, page_range_given=False)
     assert [r["prunedResult"]["rec_texts"][0] for r in result["ocrResults"]] == ["a", "b", "c"]
     assert result["dataInfo"] == {"numPages": 3, "type": "pdf", "pages": [
         {"width": 10, "height": 20}, {"width": 11, "height": 21}, {"width": 12, "height": 22}]}
@@ -58,13 +61,13 @@ def test_a_reply_with_the_wrong_page_count_is_rejected():
 def test_partial_results_name_the_failed_pages():
     pages = (assemble.pages_from_reply(reply(["a"], [(10, 20)]), (0,), "pdf")
              + assemble.failed_pages((1,), 502, "replica gone", "pdf"))
-    result = assemble.document_result(pages, page_range_given=True)
+    result = paddlex.document_result(pages, page_range_given=True)
     assert result["ocrResults"][1]["prunedResult"] is None
     assert result["ocrResults"][1]["error"] == {"errorCode": 502, "errorMsg": "replica gone"}
     assert result["failedPages"] == [{"pageIndex": 1, "errorCode": 502,
                                       "errorMsg": "replica gone"}]
     assert result["dataInfo"]["pageIndices"] == [0, 1]
-    status, message = assemble.describe_failures(pages)
+    status, message = paddlex.describe_failures(pages)
     assert status == 502 and "Page(s) 2 " in message
 
 

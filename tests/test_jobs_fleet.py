@@ -21,6 +21,7 @@ import os
 import re
 import signal
 import threading
+import zipfile
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -394,7 +395,21 @@ def test_results_in_each_format_then_expiry(fleet, gateway):
     text = requests.get(result_url, headers={"Accept": "text/plain"}, timeout=10)
     assert text.headers["Content-Type"].startswith("text/plain")
     assert text.text.split("\f")[0].startswith("[simulated] page 1202x200")
-    assert requests.get(result_url, headers={"Accept": "application/pdf"},
+    # the same text /ocr answers for the same pages: one writer of answers
+    ocr = requests.post(f"{gateway.url}/ocr", headers={"Accept": "text/plain"}, timeout=60,
+                        json={"file": base64.b64encode(sized_pdf(3, 600)).decode(),
+                              "pageRange": "2-3", "visualize": False})
+    assert ocr.status_code == 200 and ocr.text == text.text
+    pdf = requests.get(result_url, headers={"Accept": "application/pdf"}, timeout=30)
+    assert pdf.status_code == 200 and pdf.content.startswith(b"%PDF")
+    assert pdf.headers["X-Ocr-Pages"] == "2"
+    bundle = requests.get(result_url, headers={"Accept": "application/zip"}, timeout=30)
+    with zipfile.ZipFile(io.BytesIO(bundle.content)) as archive:
+        assert sorted(archive.namelist()) == ["result.json", "searchable.pdf", "text.txt"]
+        assert archive.read("text.txt").decode() == text.text
+        assert json.loads(archive.read("result.json"))["result"]["dataInfo"] == \
+            body["result"]["dataInfo"]
+    assert requests.get(result_url, headers={"Accept": "image/png"},
                         timeout=10).status_code == 406
 
     wait_until(lambda: requests.get(f"{gateway.url}/jobs/{job_id}", timeout=10).status_code

@@ -16,7 +16,8 @@ from types import SimpleNamespace
 import pypdfium2 as pdfium
 import pytest
 
-from gateway.assemble import PageOutcome, document_result
+from gateway.assemble import PageOutcome
+from gateway.outputs.paddlex import document_result, envelope_chunks
 from loadtest import documents
 from gateway.config import GatewayConfig, JobsConfig
 from gateway.jobs import results
@@ -34,6 +35,12 @@ from services.ocr_api.request import resolve_page_range
 from gateway.split import count_pages
 
 LIMITS = Limits(10, 10 ** 9)
+
+
+def envelope_of(store, job) -> dict:
+    answer = results.answer(store, job)
+    return json.loads(b"".join(envelope_chunks(answer.log_id, answer.pages(),
+                                               answer.page_range_given)))
 
 
 def sized_pdf(pages: int) -> bytes:
@@ -118,7 +125,7 @@ def test_a_job_runs_every_page_once_at_batch_priority(store):
     assert service.sent == list(range(12)) and service.priorities == ["batch"]
     done = store.get(job.id)
     assert done.state == SUCCEEDED and done.pages_done == 12 and done.expires_at > done.created
-    body = json.loads(b"".join(results.envelope_chunks(store, done)))
+    body = envelope_of(store, done)
     pages = [p.outcome() for p in store.pages(job.id)]
     assert body == envelope.success(job.spec.log_id, document_result(pages, False))
     assert [r["prunedResult"]["rec_texts"] for r in body["result"]["ocrResults"]] == \
@@ -180,7 +187,7 @@ def test_a_failed_page_fails_the_job_unless_partial_results_are_asked(store):
     assert done.state == SUCCEEDED and done.pages_failed == 1
     assert store.failed_pages(job.id) == [{"pageIndex": 3, "errorCode": 422,
                                            "errorMsg": "page too large"}]
-    body = json.loads(b"".join(results.envelope_chunks(store, done)))
+    body = envelope_of(store, done)
     assert body["result"]["failedPages"][0]["pageIndex"] == 3
     assert body["result"]["ocrResults"][3]["error"]["errorCode"] == 422
 
@@ -204,7 +211,7 @@ def test_an_image_job_is_one_request(store):
     assert job.spec.kind == "image" and job.spec.fields["fileType"] == 1
     runner_for(store, service).run_once()
     assert service.sent == [0] and store.get(job.id).state == SUCCEEDED
-    body = json.loads(b"".join(results.envelope_chunks(store, store.get(job.id))))
+    body = envelope_of(store, store.get(job.id))
     assert body["result"]["dataInfo"] == {"width": 5, "height": 5, "type": "image"}
 
 

@@ -13,7 +13,9 @@ from PIL import Image
 
 from gateway.config import DEFAULT_PDF_FONTS, GatewayConfig
 from gateway.outputs import JSON, NDJSON, PDF, TEXT, ZIP, fonts, negotiate
-from gateway.outputs.layout import Line, PageText, document_pages, page_lines
+from gateway.assemble import PageOutcome
+from gateway.outputs import paddlex
+from gateway.outputs.layout import Line, PageText, page_lines
 from gateway.outputs.text import document_text, rows
 from loadtest import documents
 from services.ocr_api.errors import ApiError
@@ -62,22 +64,30 @@ def test_an_accept_header_nothing_matches_is_a_406():
 
 
 # ---- lines and text ----------------------------------------------------------------------
-def test_document_pages_map_results_to_original_page_indices():
-    result = {"ocrResults": [
-        {"prunedResult": {"rec_texts": ["a", " ", "b"],
-                          "rec_polys": [rect(0, 0, 10, 10), rect(0, 0, 1, 1),
-                                        rect(0, 20, 10, 30)]}},
-        {"prunedResult": None, "error": {"errorCode": 504, "errorMsg": "timed out"}},
-    ], "dataInfo": {"numPages": 2, "type": "pdf", "pageIndices": [3, 7],
-                    "pages": [{"width": 100, "height": 200}, {"width": 50, "height": 60}]}}
-    first, second = document_pages(result)
-    assert (first.page_index, first.width, first.height) == (3, 100, 200)
-    assert [line.text for line in first.lines] == ["a", "b"]  # the blank one is left out
-    assert (second.page_index, second.lines, second.error) == (7, [], "timed out")
-    image = document_pages({"ocrResults": [{"prunedResult": {"rec_texts": ["x"],
-                                                             "rec_boxes": [[1, 2, 3, 4]]}}],
-                            "dataInfo": {"width": 9, "height": 8, "type": "image"}})
-    assert image[0].lines[0].box == (1, 2, 3, 4) and (image[0].width, image[0].height) == (9, 8)
+def test_a_pages_layout_keeps_its_index_size_and_usable_lines():
+    first = PageOutcome(3, {"prunedResult": {
+        "rec_texts": ["a", " ", "b"],
+        "rec_polys": [rect(0, 0, 10, 10), rect(0, 0, 1, 1), rect(0, 20, 10, 30)]}},
+        {"width": 100, "height": 200})
+    failed = PageOutcome(7, error_code=504, error_msg="timed out")
+    image = PageOutcome(0, {"prunedResult": {"rec_texts": ["x"], "rec_boxes": [[1, 2, 3, 4]]}},
+                        {"width": 9, "height": 8}, doc_type="image")
+    one, two, three = (paddlex.page_layout(p) for p in (first, failed, image))
+    assert (one.page_index, one.width, one.height) == (3, 100, 200)
+    assert [line.text for line in one.lines] == ["a", "b"]  # the blank one is left out
+    assert (two.page_index, two.lines, two.error) == (7, [], "timed out")
+    assert three.lines[0].box == (1, 2, 3, 4) and (three.width, three.height) == (9, 8)
+
+
+def test_ocr_and_a_job_write_the_same_text_the_rows_reading_order():
+    """One writer: a page's text is its rows top to bottom, left to right, whatever the
+    order the engine recognised them in (a job's text was once the raw order)."""
+    page = PageOutcome(0, {"prunedResult": {
+        "rec_texts": ["world", "Hello", "second"],
+        "rec_polys": [rect(210, 12, 300, 42), rect(10, 10, 200, 40), rect(12, 60, 250, 92)]}},
+        {"width": 400, "height": 400})
+    assert b"".join(paddlex.text_chunks([page, page])) == \
+        b"Hello world\nsecond\n\fHello world\nsecond\n"
 
 
 def test_page_lines_skip_malformed_shapes():

@@ -207,3 +207,29 @@ def test_on_a_gpu_the_cuda_arena_grows_by_what_is_asked_and_keeps_its_device():
     assert providers == ["CUDAExecutionProvider", "CPUExecutionProvider"]
     assert options[0] == {"device_id": 0, "arena_extend_strategy": "kSameAsRequested"}
     assert "provider_options" not in onnxruntime_engine_config(WorkerConfig())
+
+
+def test_a_tiffs_reservation_covers_its_largest_selected_frame_not_its_first():
+    import io
+
+    from PIL import Image
+
+    from services.ocr_api.request import parse_ocr_request
+    from services.ocr_worker.decode import DecodeLimits, open_document
+
+    frames = [Image.new("L", (10, 10), 255), Image.new("L", (400, 300), 255),
+              Image.new("L", (20, 20), 255)]
+    buffer = io.BytesIO()
+    frames[0].save(buffer, format="TIFF", save_all=True, append_images=frames[1:])
+    limits = DecodeLimits(max_pages=10, max_pixels=10 ** 8, pdf_dpi=144)
+    import base64
+
+    def reservation(page_range):
+        fields = {"file": base64.b64encode(buffer.getvalue()).decode(), "fileType": 1,
+                  **({"pageRange": page_range} if page_range else {})}
+        document = open_document(parse_ocr_request(fields, max_bytes=10 ** 7), limits)
+        document.close()
+        return document.page_bytes
+
+    assert reservation(None) == 400 * 300 * 3  # the second frame, not the 10 x 10 first
+    assert reservation("1,3") == 20 * 20 * 3  # of the frames selected

@@ -6,7 +6,7 @@ finished page; callbacks tell the caller when it is done.
     api.py        the /jobs routes               runner.py   leases, pages, callbacks
     store*.py     Redis (fleet) or SQLite (one machine) behind one contract
     callbacks.py  signing, one delivery attempt (through services/ocr_api/url_input's client)
-    results.py    JSON / NDJSON / text from the stored pages     model.py   the job record
+    results.py    the stored pages as an answer for gateway/outputs/  model.py  the job record
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ import logging
 import threading
 
 from flask import Flask
+
+from services.ocr_api.logs import redact_url
 
 from ..config import GatewayConfig
 from .api import create_blueprint
@@ -35,6 +37,7 @@ class Jobs:
     def __init__(self, config: GatewayConfig, service, client: SafeHttpClient | None = None):
         self.config = config.jobs
         self.service = service
+        self.pdf_fonts = config.pdf_fonts
         self.client = client or callback_client(self.config.callback_timeout_s,
                                                 self.config.callback_allow_private)
         self.limits = Limits(self.config.max_active, self.config.max_stored_bytes)
@@ -74,8 +77,11 @@ class Jobs:
             self.runner.cancelled(job_id)
 
     def log_store_error(self, exc: Exception) -> None:
-        where = self.config.redis_url or self.config.db_path
-        log.error("job store unavailable", extra={"store": where, "error": repr(exc)})
+        where = redact_url(self.config.redis_url) if self.config.redis_url else \
+            self.config.db_path
+        log.error("job store unavailable",
+                  extra={"store": where, "error": redact_url(repr(exc))
+                         if self.config.redis_url else repr(exc)})
 
 
 def install_jobs(app: Flask, config: GatewayConfig, service, start: bool = True) -> Jobs | None:

@@ -21,6 +21,7 @@ from services.ocr_api.errors import ApiError, unprocessable
 from services.ocr_api.logs import current_log_id
 from services.ocr_api.sniff import KIND_PDF
 
+from .. import outputs
 from ..split import KIND_TIFF
 from . import results
 from .callbacks import check_callback_url
@@ -101,14 +102,10 @@ def create_blueprint(jobs) -> Blueprint:
     @blueprint.get("/jobs/<job_id>/result")
     def result(job_id: str):
         job = load(job_id)
-        chosen = request.accept_mimetypes.best_match(results.FORMATS) \
-            if request.accept_mimetypes else results.JSON
-        if chosen is None:
-            raise ApiError(406, "A job's result is available as application/json (default), "
-                                "application/x-ndjson or text/plain")
+        chosen = outputs.negotiate(request.headers.get("Accept"))
         if job.state == CANCELLED:
             raise ApiError(410, f"Job {job.id} was cancelled; its pages were deleted")
-        if chosen == results.NDJSON:
+        if chosen == outputs.NDJSON:
             return stream(results.ndjson_lines(jobs.store, job), chosen)
         if job.state in ACTIVE_STATES:
             raise ApiError(409, f"Job {job.id} is {job.state} ({job.pages_done} of "
@@ -117,9 +114,7 @@ def create_blueprint(jobs) -> Blueprint:
                                 "pages done so far")
         if job.state == FAILED:
             raise ApiError(job.error_code or 500, job.error_msg)
-        if chosen == results.TEXT:
-            return stream(results.text_chunks(jobs.store, job), "text/plain; charset=utf-8")
-        return stream(results.envelope_chunks(jobs.store, job), results.JSON)
+        return outputs.respond(chosen, results.answer(jobs.store, job), jobs.pdf_fonts)
 
     @blueprint.delete("/jobs/<job_id>")
     def cancel(job_id: str):
@@ -156,7 +151,7 @@ def job_spec(plan, fields: dict, callback_url: str | None, base_url: str) -> Job
     kept["logId"] = request_.log_id
     kept["fileType"] = 0 if plan.kind == KIND_PDF else 1
     if plan.kind in PAGED:
-        indices = tuple(index for group in plan.groups for index in group)
+        indices = tuple(plan.page_indices)
         kind = plan.kind
     else:
         kept["pageRange"] = request_.page_range  # an image sent whole

@@ -21,10 +21,11 @@ import hmac
 import time
 from dataclasses import dataclass
 
+from services.ocr_api import headers
 from services.ocr_api.errors import unprocessable
 from services.ocr_api.url_input import SafeHttpClient, UrlRefused, private_allowed
 
-SIGNATURE_HEADER = "X-OCRFleet-Signature"
+SIGNATURE_HEADER = headers.SIGNATURE
 
 
 def callback_client(timeout_s: float, allow_private: bool) -> SafeHttpClient:
@@ -86,10 +87,10 @@ class CallbackSender:
     def send(self, url: str, body: bytes, job_id: str) -> Delivery:
         """One attempt: 2xx is delivered; anything else (3xx included: redirects are not
         followed) is a failed attempt."""
-        headers = {"Content-Type": "application/json", "X-OCRFleet-Job-Id": job_id,
-                   SIGNATURE_HEADER: sign(self.secret, body)}
+        sent = {"Content-Type": "application/json", headers.JOB_ID: job_id,
+                headers.SIGNATURE: sign(self.secret, body)}
         try:
-            status = self.client.post(url, body, headers)
+            status = self.client.post(url, body, sent)
         except UrlRefused as exc:
             return Delivery(False, f"refused: {exc}")
         return Delivery(200 <= status < 300, f"HTTP {status}")

@@ -24,7 +24,7 @@ from typing import Callable, Iterator
 
 from services.ocr_api.errors import ApiError
 
-from .. import assemble
+from ..outputs.paddlex import describe_failures
 from ..assemble import PageOutcome
 from ..config import JobsConfig
 from . import metrics
@@ -270,7 +270,7 @@ class JobRunner:
                 stored += 1
                 metrics.JOB_PAGES.labels("failed" if page.error_code else "ok").inc()
                 if page.error_code and not job.spec.partial:
-                    return stored, assemble.describe_failures([page])
+                    return stored, describe_failures([page])
         finally:
             outcomes.close()
         return stored, None

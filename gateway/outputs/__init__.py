@@ -1,24 +1,26 @@
-"""What /ocr answers with, chosen by the request's Accept header: the PaddleX JSON envelope
-(the default), NDJSON page by page (streamed by app.py), plain text (text.py), the searchable
-PDF (pdf.py), or a ZIP of the JSON, text and PDF from one OCR pass (what a batch client that
-wants several of them asks for). Errors are JSON envelopes whatever was asked for."""
+"""What /ocr and a job's result answer with, chosen by the request's Accept header: the
+PaddleX JSON envelope (the default), NDJSON page by page, plain text, the searchable PDF
+(pdf.py), or a ZIP of the JSON, text and PDF from one OCR pass (what a batch client that
+wants several of them asks for). This package is the one writer of answers (paddlex.py: the
+envelope, NDJSON lines, text), from pages in order (`Answer`). Errors are JSON envelopes
+whatever was asked for."""
 
 from __future__ import annotations
 
 import io
-import json
 import zipfile
-from typing import Any, MutableMapping
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, MutableMapping
 
 from flask import Response
 from werkzeug.datastructures import MIMEAccept
 from werkzeug.http import parse_accept_header
 
-from services.flask_common import json_response
 from services.ocr_api import headers as protocol
 from services.ocr_api.errors import ApiError
 
-from . import layout, text
+from ..assemble import PageOutcome
+from . import paddlex
 
 JSON = "application/json"
 NDJSON = "application/x-ndjson"
@@ -46,7 +48,7 @@ def negotiate(header: str | None) -> str:
 
     best = max(OFFERED, key=rank)
     if accept.quality(best) <= 0:
-        raise ApiError(406, f"Cannot answer with {header!r}: /ocr answers "
+        raise ApiError(406, f"Cannot answer with {header!r}: this answers in "
                             f"{', '.join(OFFERED)} (Accept header)")
     return best
 
@@ -57,26 +59,41 @@ def prepare_fields(fmt: str, fields: MutableMapping[str, Any]) -> None:
         fields.setdefault("visualize", False)
 
 
-def respond(fmt: str, answer: dict, plan, config) -> Response:
-    """The whole document in `fmt` (anything but NDJSON) from its one OCR pass, `answer`
-    (the PaddleX envelope from GatewayService.collect)."""
-    # pages OCR'd, for clients' progress
-    headers = {protocol.PAGES: str(len(answer["result"]["ocrResults"]))}
+@dataclass(frozen=True)
+class Answer:
+    """What any answer is written from, for /ocr and for a job's result alike: the logId,
+    the document's kind and bytes (for the searchable PDF), whether a pageRange was given,
+    and its pages in order (`pages()` gives them again each time: a ZIP reads them twice)."""
+
+    log_id: str
+    kind: str  # "pdf", "tiff" or "image"
+    page_range_given: bool
+    pages: Callable[[], Iterator[PageOutcome]]
+    file_bytes: Callable[[], bytes]
+    num_pages: int
+
+
+def respond(fmt: str, answer: Answer, fonts: tuple[str, ...]) -> Response:
+    """The whole document in `fmt` (anything but NDJSON, which its caller streams)."""
+    headers = {protocol.PAGES: str(answer.num_pages)}  # pages OCR'd, for clients' progress
     if fmt == JSON:
-        return json_response(answer, headers=headers)
-    pages = layout.document_pages(answer["result"])
+        return Response(paddlex.envelope_chunks(answer.log_id, answer.pages(),
+                                                answer.page_range_given),
+                        mimetype=JSON, headers=headers)
     if fmt == TEXT:
-        return Response(text.document_text(pages), mimetype="text/plain",
+        return Response(paddlex.text_chunks(answer.pages()), mimetype="text/plain",
                         content_type="text/plain; charset=utf-8", headers=headers)
     from .pdf import searchable_pdf  # pikepdf, fpdf2 and Pillow: only when a PDF is asked for
 
-    pdf = searchable_pdf(plan.request.file_bytes, plan.kind, pages, config.pdf_fonts)
+    pdf = searchable_pdf(answer.file_bytes(), answer.kind,
+                         [paddlex.page_layout(page) for page in answer.pages()], fonts)
     if fmt == PDF:
         return Response(pdf, mimetype=PDF, headers=headers)
     bundle = io.BytesIO()
     with zipfile.ZipFile(bundle, "w") as archive:
-        archive.writestr(ZIP_MEMBERS[JSON], json.dumps(answer, ensure_ascii=False),
+        archive.writestr(ZIP_MEMBERS[JSON], b"".join(paddlex.envelope_chunks(
+            answer.log_id, answer.pages(), answer.page_range_given)), zipfile.ZIP_DEFLATED)
+        archive.writestr(ZIP_MEMBERS[TEXT], b"".join(paddlex.text_chunks(answer.pages())),
                          zipfile.ZIP_DEFLATED)
-        archive.writestr(ZIP_MEMBERS[TEXT], text.document_text(pages), zipfile.ZIP_DEFLATED)
         archive.writestr(ZIP_MEMBERS[PDF], pdf, zipfile.ZIP_STORED)
     return Response(bundle.getvalue(), mimetype=ZIP, headers=headers)

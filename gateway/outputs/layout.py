@@ -84,23 +84,3 @@ def page_lines(pruned: dict[str, Any] | None) -> list[Line]:
         if poly is not None:
             lines.append(Line(text.strip(), poly))
     return lines
-
-
-def document_pages(result: dict[str, Any]) -> list[PageText]:
-    """Every OCR'd page of a document `result`, in answer order, with its index in the
-    original file (dataInfo.pageIndices when a pageRange was given, else 0, 1, ...)."""
-    entries = result.get("ocrResults") or []
-    info = result.get("dataInfo") or {}
-    if info.get("type") == "image":
-        sizes = [info]
-    else:
-        sizes = info.get("pages") or [{} for _ in entries]
-    indices = info.get("pageIndices") or list(range(len(entries)))
-    pages = []
-    for index, entry, size in zip(indices, entries, sizes):
-        size = size or {}
-        error = (entry.get("error") or {}).get("errorMsg") if entry.get("error") else None
-        pages.append(PageText(int(index), float(size.get("width") or 0),
-                              float(size.get("height") or 0),
-                              page_lines(entry.get("prunedResult")), error))
-    return pages

@@ -14,8 +14,8 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from services.ocr_api import envelope
 from services.ocr_api.headers import LOG_ID as LOG_ID_HEADER
-from services.ocr_api.envelope import new_log_id, usable_log_id
 from services.ocr_api.errors import ApiError, unprocessable
+from services.ocr_api import logs
 from services.ocr_api.logs import current_log_id
 from services.ocr_api.request import form_fields_to_json, parse_json_body
 
@@ -48,8 +48,7 @@ def create_service_app(name: str, *, max_file_bytes: int,
     @app.before_request
     def _begin():
         g.started = time.monotonic()
-        g.log_id = usable_log_id(request.headers.get(LOG_ID_HEADER)) or new_log_id()
-        current_log_id.set(g.log_id)
+        g.log_id = logs.begin(request.headers.get(LOG_ID_HEADER))
 
     install_access_control(app, access)  # after _begin: a 401 carries the logId
 
@@ -83,8 +82,7 @@ def create_service_app(name: str, *, max_file_bytes: int,
 
 
 def read_ocr_fields() -> tuple[dict[str, Any], bytes | None]:
-    """(fields, uploaded file bytes or None) from a JSON or multipart/form-data body; without
-    a usable logId of its own the request takes the one from X-Log-Id (or a new one)."""
+    """(fields, uploaded file bytes or None) from a JSON or multipart/form-data body."""
     if request.mimetype == "multipart/form-data":
         upload = request.files.get("file")
         fields = form_fields_to_json(request.form.to_dict())
@@ -94,8 +92,6 @@ def read_ocr_fields() -> tuple[dict[str, Any], bytes | None]:
         file_bytes = upload.read() if upload is not None else None
     else:
         fields, file_bytes = parse_json_body(request.get_data(cache=False)), None
-    if usable_log_id(fields.get("logId")) is None:
-        fields["logId"] = g.log_id
     return fields, file_bytes
 
 
@@ -114,7 +110,7 @@ def json_response(body: dict[str, Any], status: int = 200,
 
 def error_response(status: int, message: str, headers: dict[str, str] | None = None,
                    log_id: str | None = None) -> Response:
-    log_id = log_id or current_log_id.get() or envelope.new_log_id()
+    log_id = log_id or current_log_id.get() or logs.begin()
     return json_response(envelope.no_result(log_id, status, message), status, headers)
 
 

@@ -13,6 +13,8 @@ WORKER = "X-Ocr-Worker"  # worker -> gateway: the id of the worker process that 
 BOARD = "X-Ocr-Board"  # both ways: the fleet board (services/ocr_api/fleet_board.py)
 PAGES = "X-Ocr-Pages"  # gateway -> client: pages in a PDF/ZIP/text answer
 NUM_PAGES = "X-Num-Pages"  # gateway -> client: pages of a streamed document, before page 1
+SIGNATURE = "X-OCRFleet-Signature"  # gateway -> callback receiver: t=<unix s>,v1=<HMAC>
+JOB_ID = "X-OCRFleet-Job-Id"  # gateway -> callback receiver
 
 
 def int_header(headers: Mapping[str, str], name: str) -> int | None:

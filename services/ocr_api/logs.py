@@ -1,5 +1,8 @@
-"""JSON log lines, one object per line, carrying the current request's `logId` so one
-document can be followed through gateway and worker logs."""
+"""The `logId` of the work under way, and JSON log lines that carry it, so one document can
+be followed through gateway and worker logs. This module is the logId's one owner: `begin`
+mints it (or takes the caller's) when a request or a job's run starts, `adopt` takes the
+one a request body names, and everything else reads `current_log_id`. The gateway sends it
+to a worker once, in X-Log-Id."""
 
 from __future__ import annotations
 
@@ -8,11 +11,45 @@ import json
 import logging
 import sys
 import time
+from urllib.parse import urlsplit, urlunsplit
+
+from .envelope import new_log_id, usable_log_id
 
 current_log_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("log_id",
                                                                            default=None)
 
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
+
+def redact_url(url: str) -> str:
+    """The URL as it may be logged: user and password (a Redis password, say) as ***."""
+    try:
+        parts = urlsplit(url)
+        if parts.username is None and parts.password is None:
+            return url
+        host = parts.hostname or ""
+        netloc = f"***@{host}" + (f":{parts.port}" if parts.port else "")
+        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    except ValueError:
+        return "(a URL that does not parse)"
+
+
+def begin(candidate: str | None = None) -> str:
+    """A new unit of work (a request, a job's run): the caller's logId when it is usable,
+    else a new one, carried from here on."""
+    log_id = usable_log_id(candidate) or new_log_id()
+    current_log_id.set(log_id)
+    return log_id
+
+
+def adopt(candidate: object) -> str:
+    """The logId a request's body names replaces the current one when usable; the current
+    one (or a new one, outside any request) otherwise."""
+    log_id = usable_log_id(candidate)
+    if log_id:
+        current_log_id.set(log_id)
+        return log_id
+    return current_log_id.get() or begin()
 
 
 class JsonFormatter(logging.Formatter):

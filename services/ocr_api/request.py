@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from .envelope import new_log_id, usable_log_id
+from . import logs
 from .errors import ApiError, bad_request, excerpt, too_large, unprocessable
 from .page_range import resolve_page_range, validate_page_range_syntax  # noqa: F401 (API)
 from .sniff import KIND_IMAGE, KIND_PDF, describe_kind, sniff_kind
@@ -99,7 +99,6 @@ class OcrRequest:
         body: dict[str, Any] = {
             "file": base64.b64encode(file_bytes).decode("ascii"),
             "fileType": FILE_TYPE_PDF if kind == KIND_PDF else FILE_TYPE_IMAGE,
-            "logId": self.log_id,
             **self.api_params,
         }
         if self.visualize is not None:
@@ -187,7 +186,7 @@ def parse_ocr_request(fields: Mapping[str, Any], *, max_bytes: int,
                       fetch_url: Callable[[str], bytes] | None = None) -> OcrRequest:
     """Validate an /ocr request given as JSON fields (file as base64 or URL) or as form fields
     plus uploaded `file_bytes`. `fetch_url` is None when URL input is disabled."""
-    log_id = usable_log_id(fields.get("logId")) or new_log_id()
+    log_id = logs.adopt(fields.get("logId"))
     try:
         return _parse(fields, log_id, max_bytes, file_bytes, fetch_url)
     except ApiError as exc:

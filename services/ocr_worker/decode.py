@@ -149,11 +149,12 @@ class TiffDocument(Document):
     """A multi-page TIFF (a fax, a scanner's batch): one page per frame, as PaddleX reads it."""
 
     def __init__(self, data: bytes, total_pages: int, page_indices: list[int],
-                 limits: DecodeLimits, first_frame_pixels: int):
+                 limits: DecodeLimits, largest_frame_pixels: int):
         self.kind = KIND_TIFF
         self.total_pages = total_pages
         self.page_indices = page_indices
-        self.page_bytes = min(first_frame_pixels, limits.max_pixels) * 3  # frames alike
+        # the memory reservation covers the largest selected frame, not the first
+        self.page_bytes = min(largest_frame_pixels, limits.max_pixels) * 3
         self._data = data
         self._limits = limits
 
@@ -183,17 +184,22 @@ def open_document(request: OcrRequest, limits: DecodeLimits) -> Document:
     if frames > 1:
         indices = select_pages(request.page_range, frames, limits.max_pages, what="TIFF")
         return TiffDocument(request.file_bytes, frames, indices, limits,
-                            _first_frame_pixels(request.file_bytes))
+                            _largest_frame_pixels(request.file_bytes, indices))
     resolve_page_range(request.page_range, 1)
     width, height = image_size(request.file_bytes, limits.max_pixels)
     return ImageDocument(request.file_bytes, width, height, limits.max_pixels)
 
 
-def _first_frame_pixels(data: bytes) -> int:
-    """Pixels of a TIFF's first frame (its header only: no frame is decoded)."""
+def _largest_frame_pixels(data: bytes, indices: list[int]) -> int:
+    """Pixels of the largest of these frames of a TIFF (their directories only: no frame is
+    decoded; in ascending order Pillow walks the file once)."""
     try:
         with Image.open(io.BytesIO(data)) as tiff:
-            return tiff.size[0] * tiff.size[1]
+            largest = 0
+            for index in sorted(indices):
+                tiff.seek(index)
+                largest = max(largest, tiff.size[0] * tiff.size[1])
+            return largest
     except Exception as exc:  # PIL raises many types on corrupt data
         raise unprocessable(f"The TIFF cannot be decoded ({excerpt(str(exc), 80)}): the file "
                             "is truncated or corrupt") from None
