@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
 from services.ocr_api import envelope

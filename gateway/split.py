@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from typing import Iterator
 
 import pypdfium2 as pdfium
 from PIL import Image

@@ -4,9 +4,10 @@ Each shape is (mode, N replicas, G gateways): N sim workers whose page time keep
 capacity at BENCH_FLEET_CAPACITY pages/s (32 by default, so the machine's own CPU is not the
 limit: N x 1000 / page_ms), reached through one nginx (`nginx`, the one-URL mode: as a k8s
 ClusterIP Service), the workers' URL list (`list`), or a DNS name whose addresses are the
-workers on 127.0.0.x (`dns`, as a k8s headless Service; the gateway resolves it
-with its own /etc/hosts: loadtest/hosts_file.py). G gateways (2 gunicorn processes each) share them. The load: 8 blank PDFs of 120 pages
-sent at once, split evenly over the gateways, plus one small image every 0.25 s per gateway.
+workers on 127.0.0.x (`dns`, as a k8s headless Service; the gateway resolves it with its own
+/etc/hosts: loadtest/hosts_file.py). G gateways (2 gunicorn processes each) share them. The
+load: 8 blank PDFs of 120 pages sent at once, split evenly over the gateways, plus one small
+image every 0.25 s per gateway.
 
 Figures per shape: pages/s / capacity over the documents' makespan, the images' p95 (and its
 wait beyond one page time: an image on a full fleet waits for a page to finish), the spread

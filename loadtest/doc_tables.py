@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import re
 import sys
-from pathlib import Path
 from typing import Any, Callable
 
 from loadtest import report
@@ -62,8 +61,8 @@ def rendered(document: str, name: str, result_file: str, render) -> tuple[str, s
     path = REPO_ROOT / document
     text = path.read_text()
     table = render(json.loads((FIGURES / result_file).read_text()))
-    pattern = re.compile(rf"(<!-- {name}:[^>]*-->\n).*?(<!-- /{name} -->)|(<!-- {name}:[^>]*-->)\n?",
-                         re.S)
+    pattern = re.compile(rf"(<!-- {name}:[^>]*-->\n).*?(<!-- /{name} -->)"
+                         rf"|(<!-- {name}:[^>]*-->)\n?", re.S)
     match = pattern.search(text)
     if match is None:
         raise ValueError(f"{document} has no <!-- {name}: ... --> marker")

@@ -16,7 +16,7 @@ from gateway.dispatch import Attempt
 from gateway.outcome import Outcome, classify
 from gateway.scheduler import BATCH, INTERACTIVE, Document, FairQueue, Scheduler, \
     SchedulerSettings
-from gateway.split import Chunk, WholeFile
+from gateway.split import Chunk
 from gateway.fleet import FleetView
 from gateway.upstreams import MODE_LIST, MODE_LOAD_BALANCER, LimitSettings, ReplicaSet
 from services.ocr_api.fleet_board import Board

@@ -10,7 +10,7 @@ from gateway.config import GatewayConfig
 from gateway.dispatch import Attempt
 from gateway.split import PdfCutter, group_pages
 from gateway.outcome import Outcome
-from gateway.upstreams import MODE_DNS, MODE_LIST, LimitSettings, NoReplicas, ReplicaSet
+from gateway.upstreams import MODE_DNS, MODE_LIST, NoReplicas, ReplicaSet
 from loadtest import documents
 from services.ocr_api.settings import ConfigError
 

@@ -83,7 +83,8 @@ def test_nonsense_from_a_replica_fails_its_pages_not_the_gateway(tmp_path):
         for _ in range(3):
             answer = requests.post(f"{url}/ocr", json=body, timeout=60)
             assert answer.status_code == 502, answer.text
-            assert answer.json()["errorCode"] == 502 and "could not be processed" in answer.json()["errorMsg"]
+            error = answer.json()
+            assert error["errorCode"] == 502 and "could not be processed" in error["errorMsg"]
             assert requests.get(f"{url}/readyz", timeout=5).status_code == 200
             assert requests.get(f"{url}/healthz", timeout=5).status_code == 200
         replica.behave = True

@@ -11,7 +11,6 @@ import json
 import threading
 import time
 import uuid
-from types import SimpleNamespace
 
 import pypdfium2 as pdfium
 import pytest
@@ -31,8 +30,6 @@ from gateway.jobs.store_sqlite import SqliteJobStore
 from gateway.service import GatewayService
 from services.ocr_api import envelope
 from services.ocr_api.errors import ApiError
-from services.ocr_api.request import resolve_page_range
-from gateway.split import count_pages
 
 LIMITS = Limits(10, 10 ** 9)
 

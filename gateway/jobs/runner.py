@@ -20,12 +20,11 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
+from typing import Callable
 
 from services.ocr_api.errors import ApiError
 
 from ..outputs.paddlex import describe_failures
-from ..assemble import PageOutcome
 from ..config import JobsConfig
 from . import metrics
 from ..backoff import Backoff
