@@ -30,6 +30,7 @@ from services.ocr_api import headers
 from services.ocr_api.fleet_board import Board
 
 FIRST_PROBE_ROUND = 4
+REBUILD_S = 0.05  # the outgoing board header is rebuilt at most this often (own news aside)
 MAX_PROBE_ROUND = 256
 
 
@@ -72,6 +73,7 @@ class FleetView:
         self._held = 0
         self._held_seq = 0
         self._probe_round = FIRST_PROBE_ROUND
+        self._outgoing: tuple | None = None  # ((seq, held seq), built at, header)
 
     # ---- what this process says --------------------------------------------------------------
     def set_demand(self, documents: int, held: int = 0) -> None:
@@ -85,18 +87,27 @@ class FleetView:
 
     def outgoing(self) -> dict[str, str]:
         """The header every page and probe carries: this process's entries and what it
-        knows."""
+        knows. Built at most every REBUILD_S while this process's own entries stay the same
+        (a page is sent far more often than the board changes)."""
+        now = self.board.clock()
         with self._lock:
             demand, seq, held, held_seq = (self._documents, self._seq, self._held,
                                            self._held_seq)
+            cached = self._outgoing
+            if cached is not None and cached[0] == (seq, held_seq) and \
+                    now - cached[1] < REBUILD_S:
+                return cached[2]
             self._estimate_seq += 1
             estimate_seq = self._estimate_seq
         own_slots = sum(w.value for w in self.board.workers())
         self.board.say("c", self.id, seq, demand)
         self.board.say("h", self.id, held_seq, held)
         self.board.say("f", self.id, estimate_seq, own_slots)
-        return {headers.BOARD: self.board.header([("c", self.id), ("h", self.id),
-                                                   ("f", self.id)])}
+        header = {headers.BOARD: self.board.header([("c", self.id), ("h", self.id),
+                                                     ("f", self.id)])}
+        with self._lock:
+            self._outgoing = ((seq, held_seq), now, header)
+        return header
 
     def heard(self, board_header: str | None) -> None:
         self.board.merge(board_header)
