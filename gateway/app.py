@@ -49,7 +49,8 @@ def create_app(config: GatewayConfig | None = None, resolver=None, start: bool =
         document = service.open(plan)
         if output != outputs.NDJSON:
             pages = service.collect(plan, document, client_gone=client_gone())
-            return outputs.respond(output, service.answer(plan, pages), config.pdf_fonts)
+            return outputs.respond(output, service.answer(plan, pages), config.pdf_fonts,
+                                   service.pdf_builder)
         started = g.started
 
         def lines():

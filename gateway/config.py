@@ -50,6 +50,9 @@ class GatewayConfig:
     url_timeout_s: float = 20.0
     log_level: str = "INFO"
     pdf_fonts: tuple[str, ...] = DEFAULT_PDF_FONTS
+    output_memory_mb: int = 512  # one searchable-PDF builder process (gateway/outputs/sandbox)
+    output_timeout_s: float = 60.0
+    output_processes: int = 2
     jobs: "JobsConfig" = field(default_factory=lambda: JobsConfig())
 
     # Access (see services/flask_common/access.py); secrets never in repr (logs).
@@ -87,6 +90,9 @@ class GatewayConfig:
             log_level=env.choice("GATEWAY_LOG_LEVEL", d.log_level,
                                  ("DEBUG", "INFO", "WARNING", "ERROR")),
             pdf_fonts=tuple(env.list("GATEWAY_PDF_FONTS")) or d.pdf_fonts,
+            output_memory_mb=env.int("GATEWAY_OUTPUT_MEMORY_MB", d.output_memory_mb, 64),
+            output_timeout_s=env.float("GATEWAY_OUTPUT_TIMEOUT_S", d.output_timeout_s, 1),
+            output_processes=env.int("GATEWAY_OUTPUT_PROCESSES", d.output_processes, 1, 64),
             api_keys=env.secrets("GATEWAY_API_KEYS", "GATEWAY_API_KEYS_FILE"),
             worker_token=_first(env.secrets("GATEWAY_WORKER_TOKEN",
                                             "GATEWAY_WORKER_TOKEN_FILE")),

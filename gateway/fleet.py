@@ -30,6 +30,7 @@ from services.ocr_api import headers
 from services.ocr_api.fleet_board import Board
 
 FIRST_PROBE_ROUND = 4
+MIN_UNHELD = 0.25  # of the fleet's slots, left to documents with pages to send
 REBUILD_S = 0.05  # the outgoing board header is rebuilt at most this often (own news aside)
 MAX_PROBE_ROUND = 256
 
@@ -132,7 +133,9 @@ class FleetView:
         slots = replica_slots or max(
             [sum(targets.values())] + [e.value for e in live["f"] if e.id != self.id])
         total = slots or self.default_target
-        quota = max(0.0, total - sum(held.values())) / sum(demands.values())
+        # held pages come off, but never more than 3/4 of the fleet: entries of a gateway that
+        # died with pages in flight linger until they expire, and must not starve the rest
+        quota = max(total - sum(held.values()), MIN_UNHELD * total) / sum(demands.values())
         fraction = min(1.0, (my_held + mine * quota) / total)
         return Share(fraction, slots or None, targets, len(demands), sum(demands.values()),
                      sum(held.values()), quota)

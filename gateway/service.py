@@ -28,6 +28,7 @@ from .budget import RetryBudget
 from .config import GatewayConfig
 from .dispatch import DispatchSettings, ReplicaClient, make_pool, probe_ready
 from .scheduler import INTERACTIVE, Document, Scheduler, SchedulerSettings
+from .outputs.sandbox import PdfBuilder, SandboxLimits
 from .plan import Plan, PlanLimits, plan_document
 from .split import KIND_TIFF
 from .fleet import FleetView
@@ -70,6 +71,9 @@ class GatewayService:
             RetryBudget(config.retry_budget_ratio, config.retry_budget_min))
         self.fetch_url = (make_url_fetcher(config.max_bytes, config.url_timeout_s)
                           if config.allow_url_input else None)
+        self.pdf_builder = PdfBuilder(SandboxLimits(config.output_memory_mb,
+                                                    config.output_timeout_s,
+                                                    config.output_processes))
         self.plan_limits = PlanLimits(config.max_bytes, config.max_pages,
                                       config.pages_per_chunk, config.request_timeout_s)
 
@@ -219,6 +223,7 @@ class GatewayService:
                                                        plan.request.page_range is not None))
 
     def shutdown(self) -> None:
+        self.pdf_builder.close()
         self.replicas.stop()
         self.scheduler.stop()
         self.executor.shutdown(wait=False, cancel_futures=True)

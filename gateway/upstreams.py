@@ -406,4 +406,13 @@ class ReplicaSet:
         threading.Thread(target=loop, name="replica-health", daemon=True).start()
 
     def stop(self) -> None:
+        """No more probes; and a last one that says this process holds nothing now, so the
+        other gateways take its share at once rather than when its entries expire."""
         self._stop.set()
+        self.fleet.set_demand(0, 0)
+        url = next(iter(self._replicas), None)
+        if url is not None:
+            try:
+                self._probe(url, self.fleet.outgoing())
+            except Exception:  # best effort: the entries expire anyway
+                pass

@@ -82,6 +82,9 @@ def _run_gunicorn(cmd: list[str], env: dict[str, str], cwd: str, log_path: str |
     """In the forked child: what Popen(cmd, env=env, cwd=cwd, start_new_session=True,
     stdout=log, stderr=STDOUT) would have set up, then gunicorn's own entry point."""
     os.setsid()
+    # a server of its own, as if started by Popen: it may start processes (the gateway's
+    # searchable-PDF builders), which multiprocessing refuses to a daemonic child
+    multiprocessing.current_process()._config["daemon"] = False
     os.chdir(cwd)
     os.environ.clear()
     os.environ.update(env)

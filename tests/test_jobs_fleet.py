@@ -262,7 +262,7 @@ def test_a_job_survives_sigkill_of_its_gateway_every_page_once_in_order(
 @pytest.fixture(scope="module")
 def gateway(fleet):
     env = gateway_env(fleet, GATEWAY_REDIS_URL=fleet["redis_url"],
-                      GATEWAY_JOBS_MAX_ACTIVE="2", GATEWAY_JOBS_RESULT_TTL_S="3")
+                      GATEWAY_JOBS_MAX_ACTIVE="2", GATEWAY_JOBS_RESULT_TTL_S="8")
     process = start_gateway(fleet, env, "api")
     yield process
     process.stop()
@@ -404,6 +404,7 @@ def test_results_in_each_format_then_expiry(fleet, gateway):
     assert pdf.status_code == 200 and pdf.content.startswith(b"%PDF")
     assert pdf.headers["X-Ocr-Pages"] == "2"
     bundle = requests.get(result_url, headers={"Accept": "application/zip"}, timeout=30)
+    assert bundle.status_code == 200, bundle.text[:300]
     with zipfile.ZipFile(io.BytesIO(bundle.content)) as archive:
         assert sorted(archive.namelist()) == ["result.json", "searchable.pdf", "text.txt"]
         assert archive.read("text.txt").decode() == text.text

@@ -114,7 +114,8 @@ def create_blueprint(jobs) -> Blueprint:
                                 "pages done so far")
         if job.state == FAILED:
             raise ApiError(job.error_code or 500, job.error_msg)
-        return outputs.respond(chosen, results.answer(jobs.store, job), jobs.pdf_fonts)
+        return outputs.respond(chosen, results.answer(jobs.store, job), jobs.pdf_fonts,
+                               jobs.service.pdf_builder)
 
     @blueprint.delete("/jobs/<job_id>")
     def cancel(job_id: str):

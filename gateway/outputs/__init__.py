@@ -21,6 +21,7 @@ from services.ocr_api.errors import ApiError
 
 from ..assemble import PageOutcome
 from . import paddlex
+from .sandbox import PdfBuilder
 
 JSON = "application/json"
 NDJSON = "application/x-ndjson"
@@ -73,8 +74,9 @@ class Answer:
     num_pages: int
 
 
-def respond(fmt: str, answer: Answer, fonts: tuple[str, ...]) -> Response:
-    """The whole document in `fmt` (anything but NDJSON, which its caller streams)."""
+def respond(fmt: str, answer: Answer, fonts: tuple[str, ...], builder: PdfBuilder) -> Response:
+    """The whole document in `fmt` (anything but NDJSON, which its caller streams); the
+    searchable PDF is built by `builder`, in a process of its own (sandbox.py)."""
     headers = {protocol.PAGES: str(answer.num_pages)}  # pages OCR'd, for clients' progress
     if fmt == JSON:
         return Response(paddlex.envelope_chunks(answer.log_id, answer.pages(),
@@ -83,10 +85,8 @@ def respond(fmt: str, answer: Answer, fonts: tuple[str, ...]) -> Response:
     if fmt == TEXT:
         return Response(paddlex.text_chunks(answer.pages()), mimetype="text/plain",
                         content_type="text/plain; charset=utf-8", headers=headers)
-    from .pdf import searchable_pdf  # pikepdf, fpdf2 and Pillow: only when a PDF is asked for
-
-    pdf = searchable_pdf(answer.file_bytes(), answer.kind,
-                         [paddlex.page_layout(page) for page in answer.pages()], fonts)
+    pdf = builder.build(answer.file_bytes(), answer.kind,
+                        [paddlex.page_layout(page) for page in answer.pages()], fonts)
     if fmt == PDF:
         return Response(pdf, mimetype=PDF, headers=headers)
     bundle = io.BytesIO()

@@ -11,13 +11,15 @@ import io
 from fpdf import FPDF
 from PIL import Image, ImageOps
 
-from services.ocr_api.errors import unprocessable
+from services.ocr_api.errors import ApiError, unprocessable
 from services.ocr_api.sniff import is_tiff
+
+from ..split import DEFAULT_MAX_PIXELS
 
 DEFAULT_DPI = 150.0
 ORIENTATION_TAG = 0x0112
 
-Image.MAX_IMAGE_PIXELS = None  # the worker has checked the pixel count already
+Image.MAX_IMAGE_PIXELS = None  # every frame is checked against max_pixels before decoding
 
 
 def _dpi(image: Image.Image) -> tuple[float, float]:
@@ -28,6 +30,19 @@ def _dpi(image: Image.Image) -> tuple[float, float]:
         return DEFAULT_DPI, DEFAULT_DPI
     ok = lambda value: 36.0 <= value <= 2400.0  # noqa: E731 (metadata is often junk)
     return (x if ok(x) else DEFAULT_DPI), (y if ok(y) else DEFAULT_DPI)
+
+
+def _check_frames(image: Image.Image, max_pixels: int) -> None:
+    """Every frame's size from its directory, before any is decoded: a few KB of TIFF can
+    declare a 30000 x 30000 frame (the worker checks only the frames it reads)."""
+    for index in range(getattr(image, "n_frames", 1)):
+        image.seek(index)
+        width, height = image.size
+        if width * height > max_pixels:
+            raise unprocessable(f"Page {index + 1} of the image is {width} x {height} "
+                                f"pixels, over the limit of {max_pixels}: the searchable PDF "
+                                "cannot include it. Ask for JSON or text instead")
+    image.seek(0)
 
 
 def _frames(data: bytes, image: Image.Image):
@@ -50,9 +65,10 @@ def _frames(data: bytes, image: Image.Image):
                image.convert("RGB")), image
 
 
-def image_pdf(data: bytes) -> bytes:
+def image_pdf(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> bytes:
     try:
         with Image.open(io.BytesIO(data)) as image:
+            _check_frames(image, max_pixels)
             pdf = FPDF(unit="pt")
             pdf.set_compression(True)
             for source, frame in _frames(data, image):
@@ -61,5 +77,7 @@ def image_pdf(data: bytes) -> bytes:
                 pdf.add_page(format=(width, height))
                 pdf.image(source, x=0, y=0, w=width, h=height)
             return bytes(pdf.output())
+    except ApiError:
+        raise
     except Exception as exc:  # PIL and fpdf2 raise many types on odd images
         raise unprocessable(f"The image cannot be turned into a PDF page ({exc})") from None

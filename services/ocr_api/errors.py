@@ -14,6 +14,9 @@ class ApiError(Exception):
         self.message = message
         self.headers = headers or {}
 
+    def __reduce__(self):  # travels between processes whole (gateway/outputs/sandbox.py)
+        return type(self), (self.status, self.message, self.headers)
+
 
 def bad_request(message: str) -> ApiError:
     return ApiError(400, message)

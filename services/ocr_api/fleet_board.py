@@ -52,7 +52,7 @@ class Entry:
 
 
 class Board:
-    def __init__(self, *, client_ttl_s: float = 10.0, worker_ttl_s: float = 120.0,
+    def __init__(self, *, client_ttl_s: float = 5.0, worker_ttl_s: float = 120.0,
                  max_entries: int = 512, max_workers: int = 8,
                  clock: Callable[[], float] = time.monotonic):
         self.client_ttl_s = client_ttl_s
