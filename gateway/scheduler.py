@@ -269,7 +269,7 @@ class Scheduler:
         """Idempotent; also called by the first submit (an app built with start=False, as in
         tests, still serves)."""
         with self._cond:
-            if not self._thread.is_alive() and not self._stop:
+            if self._thread.ident is None and not self._stop:  # never started (not: died)
                 self._thread.start()
 
     def stop(self) -> None:

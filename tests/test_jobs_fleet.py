@@ -302,8 +302,8 @@ def test_callback_is_signed_retried_after_a_500_and_delivered_once(fleet, gatewa
 def test_a_job_is_whole_after_a_reload_stop_or_kill_of_its_gateway(fleet, tmp_path, kind,
                                                                    sig):
     # page widths no other test of the module uses (the proxy counts pages by width)
-    base = {"tiff": 300, "pdf": 600}[kind] + {signal.SIGHUP: 0, signal.SIGTERM: 100,
-                                              signal.SIGKILL: 200}[sig]
+    base = {"tiff": 1000, "pdf": 1300}[kind] + {signal.SIGHUP: 0, signal.SIGTERM: 100,
+                                                signal.SIGKILL: 200}[sig]
     env = gateway_env(fleet, GATEWAY_JOBS_DB=str(tmp_path / "jobs.sqlite3"))
     store = SqliteJobStore(env["GATEWAY_JOBS_DB"])
     gateways = [start_gateway(fleet, env, f"{kind}-{sig.name}")]
