@@ -22,8 +22,10 @@ RATE_WINDOW_S = 60.0
 
 @dataclass
 class Ticket:
-    """One admitted document's room in the queue: its pages count down as they are done,
-    and what is left goes back when the document is finished (`release`, idempotent)."""
+    """One request's room in the queue: its bytes (the body while it is read, then the
+    document and its answer until the answer is sent) and its pages, which count down as
+    they are done. The pages left go back when the document is finished (`release_pages`),
+    the bytes when the answer has gone (`release`); both idempotent."""
 
     door: "FrontDoor"
     pages: int
@@ -33,6 +35,9 @@ class Ticket:
 
     def pages_done(self, count: int) -> None:
         self.door.pages_done(self, count)
+
+    def release_pages(self) -> None:
+        self.door.release_pages(self)
 
     def release(self) -> None:
         self.door.release(self)
@@ -55,18 +60,34 @@ class FrontDoor:
             if self.queued_pages >= self.max_pages or self.queued_bytes >= self.max_bytes:
                 raise self._full()
 
-    def admit(self, pages: int, nbytes: int) -> Ticket:
-        """Reserve room for a whole document, or 429. A document larger than the whole queue
-        is admitted when the queue is empty (the page limit per request bounds it)."""
+    def reserve(self, nbytes: int) -> Ticket:
+        """Before a body is read: room for the memory reading it takes, or 429. The bytes
+        are a budget of the process's memory: what a request holds counts until it is
+        answered. One request larger than the budget goes through when nothing else is held
+        (the request size limit bounds it)."""
         with self._lock:
+            if self.queued_bytes and self.queued_bytes + nbytes > self.max_bytes:
+                raise self._full()
+            self.queued_bytes += nbytes
+            self._gauges()
+            return Ticket(self, 0, nbytes)
+
+    def admit(self, pages: int, nbytes: int, ticket: Ticket | None = None) -> Ticket:
+        """Room for a whole document's pages, or 429; `nbytes` is what it holds from now on
+        (replacing what `ticket` reserved to read it). A document larger than the whole
+        queue is admitted when the queue is empty (the page limit per request bounds it)."""
+        with self._lock:
+            held = ticket.nbytes if ticket is not None else 0
             empty = self.queued_pages == 0
             if not empty and (self.queued_pages + pages > self.max_pages
-                              or self.queued_bytes + nbytes > self.max_bytes):
+                              or self.queued_bytes - held + nbytes > self.max_bytes):
                 raise self._full()
+            ticket = ticket or Ticket(self, 0, 0)
             self.queued_pages += pages
-            self.queued_bytes += nbytes
-            metrics.QUEUED_PAGES.set(self.queued_pages)
-            return Ticket(self, pages, nbytes)
+            self.queued_bytes += nbytes - held
+            ticket.pages, ticket.nbytes = pages, nbytes
+            self._gauges()
+            return ticket
 
     def pages_done(self, ticket: Ticket, count: int) -> None:
         with self._lock:
@@ -76,7 +97,15 @@ class FrontDoor:
             ticket.done_pages += count
             self.queued_pages -= count
             self._done.append((self._clock(), count))
-            metrics.QUEUED_PAGES.set(self.queued_pages)
+            self._gauges()
+
+    def release_pages(self, ticket: Ticket) -> None:
+        """The pages not done go back (the document is finished); its bytes stay held."""
+        with self._lock:
+            if not ticket.released:
+                self.queued_pages -= ticket.pages - ticket.done_pages
+                ticket.pages = ticket.done_pages
+                self._gauges()
 
     def release(self, ticket: Ticket) -> None:
         with self._lock:
@@ -85,7 +114,11 @@ class FrontDoor:
             ticket.released = True
             self.queued_pages -= ticket.pages - ticket.done_pages
             self.queued_bytes -= ticket.nbytes
-            metrics.QUEUED_PAGES.set(self.queued_pages)
+            self._gauges()
+
+    def _gauges(self) -> None:
+        metrics.QUEUED_PAGES.set(self.queued_pages)
+        metrics.HELD_BYTES.set(self.queued_bytes)
 
     def pages_per_second(self) -> float:
         with self._lock:
@@ -105,5 +138,6 @@ class FrontDoor:
         wait = self.queued_pages / rate if rate > 0 else 5.0
         retry_after = max(1, min(300, math.ceil(wait)))
         return ApiError(429, f"The gateway's queue is full ({self.queued_pages} pages queued, "
-                             f"limit {self.max_pages}): retry after {retry_after} s",
-                        {"Retry-After": str(retry_after)})
+                             f"limit {self.max_pages}; {self.queued_bytes // 2**20} MB held, "
+                             f"limit {self.max_bytes // 2**20} MB): retry after "
+                             f"{retry_after} s", {"Retry-After": str(retry_after)})

@@ -41,21 +41,37 @@ def create_app(config: GatewayConfig | None = None, resolver=None, start: bool =
     @app.post("/ocr")
     def ocr():
         output = outputs.negotiate(request.headers.get("Accept"))
-        service.check_room()
+        # the request's room in the memory budget, taken before its body is read
+        ticket = service.reserve(request.content_length, request.mimetype != "multipart/form-data")
+        try:
+            response = answer(output, ticket)
+        except BaseException:
+            ticket.release()
+            raise
+        response.call_on_close(ticket.release)  # its bytes count until the answer has gone
+        return response
+
+    def answer(output: str, ticket) -> Response:
         fields, file_bytes = read_ocr_fields()
         outputs.prepare_fields(output, fields)
         plan = service.plan(fields, file_bytes)
         current_log_id.set(plan.request.log_id)
-        document = service.open(plan)
+        document = service.open(plan, reserved=ticket)
         if output != outputs.NDJSON:
             pages = service.collect(plan, document, client_gone=client_gone())
-            return outputs.respond(output, service.answer(plan, pages), config.pdf_fonts,
-                                   service.pdf_builder)
-        started = g.started
+            try:
+                response = outputs.respond(output, service.answer(plan, pages),
+                                           config.pdf_fonts, service.pdf_builder)
+            except BaseException:
+                pages.close()
+                raise
+            response.call_on_close(pages.close)
+            return response
+        started, gone = g.started, client_gone()
 
         def lines():
             try:
-                yield from service.stream(plan, document)
+                yield from service.stream(plan, document, gone)
             finally:
                 _record(200, time.monotonic() - started)
 

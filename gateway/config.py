@@ -53,6 +53,8 @@ class GatewayConfig:
     output_memory_mb: int = 512  # one searchable-PDF builder process (gateway/outputs/sandbox)
     output_timeout_s: float = 60.0
     output_processes: int = 2
+    answer_memory_mb: int = 8  # finished pages of one answer held in memory, then on disk
+    answer_disk_mb: int = 4096  # the most one answer may spool to disk (gateway/outputs/spool)
     jobs: "JobsConfig" = field(default_factory=lambda: JobsConfig())
 
     # Access (see services/flask_common/access.py); secrets never in repr (logs).
@@ -93,6 +95,8 @@ class GatewayConfig:
             output_memory_mb=env.int("GATEWAY_OUTPUT_MEMORY_MB", d.output_memory_mb, 64),
             output_timeout_s=env.float("GATEWAY_OUTPUT_TIMEOUT_S", d.output_timeout_s, 1),
             output_processes=env.int("GATEWAY_OUTPUT_PROCESSES", d.output_processes, 1, 64),
+            answer_memory_mb=env.int("GATEWAY_ANSWER_MEMORY_MB", d.answer_memory_mb, 1, 4096),
+            answer_disk_mb=env.int("GATEWAY_ANSWER_DISK_MB", d.answer_disk_mb, 1),
             api_keys=env.secrets("GATEWAY_API_KEYS", "GATEWAY_API_KEYS_FILE"),
             worker_token=_first(env.secrets("GATEWAY_WORKER_TOKEN",
                                             "GATEWAY_WORKER_TOKEN_FILE")),

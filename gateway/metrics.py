@@ -30,6 +30,38 @@ def record_replicas(replicas, now: float) -> None:
     REPLICAS.labels("known").set(len(replicas))
     for replica in replicas:
         REPLICA_LIMIT.labels(replica.url).set(replica.slots)
+    record_ejections(replicas, now)
+
+
+_out_since: dict[str, float] = {}  # replica URL -> when it was first seen out of service
+
+
+def record_ejections(replicas, now: float) -> None:
+    """REPLICA_EJECTED_SECONDS: how long each replica has been out of service without a break:
+    ejected, or on probation (gateway.upstreams) while its trial page is out or its readiness
+    probe fails. A probation with no traffic and a ready probe does not count (a replica that
+    came back at night stays on probation until the first page, and that is no alarm)."""
+    seen = set()
+    for replica in replicas:
+        seen.add(replica.url)
+        out = replica.ejected_until > now or (
+            replica.probation and (replica.ready is not True or replica.inflight > 0))
+        if out:
+            since = _out_since.setdefault(replica.url, now)
+            REPLICA_EJECTED_SECONDS.labels(replica.url).set(now - since)
+        else:
+            _out_since.pop(replica.url, None)
+            REPLICA_EJECTED_SECONDS.labels(replica.url).set(0)
+    for url in [u for u in _out_since if u not in seen]:  # gone from the replica set
+        del _out_since[url]
+        REPLICA_EJECTED_SECONDS.labels(url).set(0)
+
+
+def observe_queue_wait(waited_s: float, deadline_s: float) -> None:
+    """A chunk leaves the gateway's queue for its first attempt after `waited_s`; its document
+    was admitted with `deadline_s` to go (GATEWAY_REQUEST_TIMEOUT_S less the planning)."""
+    QUEUE_WAIT_SECONDS.observe(max(0.0, waited_s))
+    DEADLINE_SECONDS.set(deadline_s)
 
 ATTEMPTS = Counter("ocr_gateway_attempts_total",
                    "Chunk attempts to replicas by outcome (busy = backpressure, not failure)",
@@ -42,7 +74,21 @@ REFUSED = Counter("ocr_gateway_refused_total", "Documents refused at the front d
                   ["reason"])
 QUEUED_PAGES = Gauge("ocr_gateway_queued_pages", "Pages admitted and not yet done",
                      multiprocess_mode="livesum")
+HELD_BYTES = Gauge("ocr_gateway_held_bytes", "Bytes of the memory budget (GATEWAY_QUEUE_BYTES) "
+                   "held by requests: bodies being read, documents, answers not yet sent",
+                   multiprocess_mode="livesum")
 REPLICA_LIMIT = Gauge("ocr_gateway_replica_limit",
                       "Pages the gateway may keep outstanding per replica (behind one load "
                       "balancer: its share of the whole fleet)", ["replica"],
                       multiprocess_mode="livesum")
+# Alert rules (deploy/monitoring/rules.yaml) and the dashboard read these three.
+REPLICA_EJECTED_SECONDS = Gauge("ocr_gateway_replica_ejected_seconds",
+                                "Seconds this replica has been out of service without a break "
+                                "(ejected, or on probation and not answering); 0 in service",
+                                ["replica"], multiprocess_mode="livemax")
+QUEUE_WAIT_SECONDS = Histogram("ocr_gateway_queue_wait_seconds",
+                               "Time a chunk waited in the gateway's queue before its first "
+                               "attempt", buckets=LATENCY_BUCKETS)
+DEADLINE_SECONDS = Gauge("ocr_gateway_deadline_seconds",
+                         "The time a document had to go when it was admitted (the last one)",
+                         multiprocess_mode="livemax")

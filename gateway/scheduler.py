@@ -94,6 +94,7 @@ class Document:
         self.ticket = ticket
         self.log_id = log_id
         self.deadline = deadline
+        self.admitted_at = time.monotonic()
         self.kind = kind
         self.priority = priority
         self.pending: deque[Task] = deque()  # chunks put back (busy or retry), by position
@@ -124,6 +125,7 @@ class Document:
                 return task
         task = Task(self.next_position)
         self.next_position += 1
+        metrics.observe_queue_wait(now - self.admitted_at, self.deadline - self.admitted_at)
         return task
 
     def put_back(self, task: Task) -> None:
@@ -145,11 +147,12 @@ class Document:
         return self._source.body(chunk)
 
     def close(self) -> None:
-        """The document is done with: its source closed, its room in the queue given back."""
+        """The document is done with: its source closed, its pages' room in the queue given
+        back (its bytes go back when its answer has gone: whoever opened it)."""
         with self._cut_lock:
             self._source.close()
         if self.ticket is not None:
-            self.ticket.release()
+            self.ticket.release_pages()
 
     # ---- request side ------------------------------------------------------------------------
     def in_order(self, client_gone: Callable[[], bool] = lambda: False,

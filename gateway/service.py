@@ -21,7 +21,7 @@ from services.ocr_api.url_input import make_url_fetcher
 
 from . import metrics, outputs
 from .outputs import paddlex
-from .admission import FrontDoor
+from .admission import FrontDoor, Ticket
 from .auth import worker_auth_headers
 from .assemble import PageOutcome
 from .budget import RetryBudget
@@ -29,12 +29,15 @@ from .config import GatewayConfig
 from .dispatch import DispatchSettings, ReplicaClient, make_pool, probe_ready
 from .scheduler import INTERACTIVE, Document, Scheduler, SchedulerSettings
 from .outputs.sandbox import PdfBuilder, SandboxLimits
+from .outputs.spool import PageSpool
 from .plan import Plan, PlanLimits, plan_document
 from .split import KIND_TIFF
 from .fleet import FleetView
 from .upstreams import MODE_DNS, MODE_LIST, MODE_LOAD_BALANCER, Probe, ReplicaSet
 
 log = logging.getLogger("gateway")
+READ_COST_JSON = 4.0  # memory while a body is read and planned, per byte of its length
+READ_COST_MULTIPART = 2.5
 
 
 def build_replica_set(config: GatewayConfig, probe: Probe, fleet: FleetView,
@@ -61,6 +64,7 @@ class GatewayService:
             self.fleet, resolver)
         self.executor = ThreadPoolExecutor(config.max_inflight, thread_name_prefix="send")
         self.front = FrontDoor(config.queue_pages, config.queue_bytes)
+        self.answer_memory = config.answer_memory_mb * 2**20
         self.scheduler = Scheduler(
             self.replicas,
             ReplicaClient(self.pool, DispatchSettings(page_timeout_s=config.page_timeout_s,
@@ -115,10 +119,16 @@ class GatewayService:
         }
 
     # ---- stages ------------------------------------------------------------------------------
-    def check_room(self) -> None:
-        """Before the body is read: 429 at once when this gateway's queue is already full."""
+    def reserve(self, content_length: int | None, is_json: bool) -> Ticket:
+        """Before the body is read: room in this process's memory budget for reading and
+        planning it and for the answer's pages in memory (outputs/spool.py), or 429 at once.
+        What reading costs, measured (`make bench-gateway-memory`): about 4x a JSON body's
+        length (the body, its base64 text, the decoded file, the PDF library's copy), about
+        2.5x a multipart upload's (the file read from the form parser's spool, and the copy)."""
+        length = content_length if content_length is not None else self.config.max_bytes
+        factor = READ_COST_JSON if is_json else READ_COST_MULTIPART
         try:
-            self.front.check_room()
+            return self.front.reserve(int(length * factor) + self.answer_memory)
         except ApiError:
             metrics.REFUSED.labels("queue_full").inc()
             raise
@@ -126,15 +136,19 @@ class GatewayService:
     def plan(self, fields: Mapping[str, Any], file_bytes: bytes | None) -> Plan:
         return plan_document(fields, file_bytes, self.plan_limits, self.fetch_url)
 
-    def open(self, plan: Plan, priority: str = INTERACTIVE) -> Document:
+    def open(self, plan: Plan, priority: str = INTERACTIVE,
+             reserved: Ticket | None = None) -> Document:
         """Admit the document into the queue (429 when it does not fit, 503 when no replica
         is ready) and start sending its pages as replicas have room. The admission ticket
-        goes with the document and is given back when it is finished."""
+        (`reserved` while the body was read) goes with the document: its pages come back
+        when the document is finished, its bytes (the file, and the answer's pages in memory
+        when `reserved`) when whoever opened it has answered."""
         if not self.replicas.any_not_known_down():
             metrics.REFUSED.labels("no_replica").inc()
             raise ApiError(503, "No OCR replica is ready: retry shortly", {"Retry-After": "2"})
+        held = len(plan.request.file_bytes) + (self.answer_memory if reserved else 0)
         try:
-            ticket = self.front.admit(plan.num_pages, len(plan.request.file_bytes))
+            ticket = self.front.admit(plan.num_pages, held, reserved)
         except ApiError:
             metrics.REFUSED.labels("queue_full").inc()
             raise
@@ -165,13 +179,16 @@ class GatewayService:
                     self.scheduler.stop_sending(doc)
         finally:
             self.scheduler.finish(doc)
+            if document is None:  # opened here: nothing else holds its bytes
+                doc.ticket.release()
 
     def collect(self, plan: Plan, document: Document | None = None,
-                client_gone: Callable[[], bool] = lambda: False) -> list[PageOutcome]:
-        """Every page of the document, in order, for outputs/ to answer with. Without partial
-        results, the first failed page stops new pages going out, and the error (a 4xx/5xx
-        JSON answer) names every page that failed among those already sent."""
-        pages: list[PageOutcome] = []
+                client_gone: Callable[[], bool] = lambda: False) -> PageSpool:
+        """Every page of the document, in order, spooled (outputs/spool.py) for outputs/ to
+        answer with; the caller closes the spool once answered. Without partial results,
+        the first failed page stops new pages going out, and the error (a 4xx/5xx JSON
+        answer) names every page that failed among those already sent."""
+        pages = PageSpool(self.answer_memory, self.config.answer_disk_mb * 2**20)
         failed: list[PageOutcome] = []
         outcomes = self.pages_in_order(plan, lambda: plan.partial or not failed,
                                        document=document, client_gone=client_gone)
@@ -180,10 +197,14 @@ class GatewayService:
                 pages.append(page)
                 if page.error_code:
                     failed.append(page)
+        except BaseException:
+            pages.close()
+            raise
         finally:
             outcomes.close()
-        _count_pages(pages)
+        _count_pages(pages.light)
         if failed and not plan.partial:
+            pages.close()
             status, message = paddlex.describe_failures(failed)
             skipped = plan.num_pages - len(pages)
             if skipped:
@@ -191,19 +212,21 @@ class GatewayService:
             raise ApiError(status, message)
         return pages
 
-    def answer(self, plan: Plan, pages: list[PageOutcome]) -> outputs.Answer:
+    def answer(self, plan: Plan, pages: PageSpool) -> outputs.Answer:
         """What outputs/ writes an answer from, for these pages of the planned document."""
         request = plan.request
         return outputs.Answer(request.log_id, plan.kind, request.page_range is not None,
                               lambda: iter(pages), lambda: request.file_bytes, len(pages))
 
-    def stream(self, plan: Plan, document: Document | None = None) -> Iterator[bytes]:
+    def stream(self, plan: Plan, document: Document | None = None,
+               client_gone: Callable[[], bool] = lambda: False) -> Iterator[bytes]:
         """NDJSON: one line per page in order (each with the document's page count), then a
-        summary line."""
+        summary line. A client that closes the stream (the web page's Cancel) frees its
+        queued pages within a client check, not at the next line that fails to be written."""
         pages: list[PageOutcome] = []
         log_id = plan.request.log_id
         extra = {"numPages": plan.num_pages} if plan.kind in (KIND_PDF, KIND_TIFF) else {}
-        outcomes = self.pages_in_order(plan, document=document)
+        outcomes = self.pages_in_order(plan, document=document, client_gone=client_gone)
 
         def until_a_failure() -> Iterator[PageOutcome]:
             for page in outcomes:

@@ -42,6 +42,27 @@ def fleet_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def gateway_memory_table(result: dict[str, Any]) -> str:
+    most = max(r["pages"] for r in result["formats"])
+    fewer = {(r["format"], r["visualize"]): r["peak_growth_mb"] for r in result["formats"]
+             if r["pages"] != most}
+    rows = [[r["format"], "on" if r["visualize"] else "off", r["answer_mb"],
+             r["peak_growth_mb"], fewer[(r["format"], r["visualize"])], r["peak_mb"]]
+            for r in result["formats"] if r["pages"] == most]
+    uploads = [[u["body"], f"{u['uploads']} x {u['upload_mb']} MB", u["answered_200"],
+                u["answered_429"], u["peak_growth_mb"], u["peak_mb"]]
+               for u in result["uploads"]]
+    return "\n".join([
+        _markdown(["format", "visualize", f"answer MB ({most} pages)",
+                   f"peak +MB ({most} pages)", f"peak +MB ({most // 10} pages)",
+                   "peak RSS MB"], rows), "",
+        _markdown(["uploads at once", "size", "200", "429", "peak +MB", "peak RSS MB"],
+                  uploads),
+        f"\nMeasured {result['measured_at']} at commit {result.get('commit', '?')} on "
+        f"{result['machine']['cpus']} × {result['machine']['cpu_model']}: "
+        f"`{result['command']}` (gateway: {result['gateway_env']})."])
+
+
 def _markdown(headers: list[str], rows: list[list[Any]]) -> str:
     cells = [[report._fmt(v) for v in row] for row in rows]
     out = ["| " + " | ".join(headers) + " |", "|" + " --- |" * len(headers)]
@@ -53,6 +74,9 @@ def _markdown(headers: list[str], rows: list[list[Any]]) -> str:
 TABLES: list[tuple[str, str, str, Callable[[dict[str, Any]], str]]] = [
     ("docs/capacity.md", "fleet-table", "fleet.json", fleet_table),
     ("docs/capacity.md", "fleet-before", "fleet-before.json", fleet_table),
+    ("docs/capacity.md", "gateway-memory", "gateway-memory.json", gateway_memory_table),
+    ("docs/capacity.md", "gateway-memory-before", "gateway-memory-before.json",
+     gateway_memory_table),
 ]
 
 

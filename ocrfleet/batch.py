@@ -1,6 +1,6 @@
 """`ocrfleet batch`: every matching file under INPUT_DIR through the gateway, its outputs
-mirrored under OUTPUT_DIR (`a/b/scan.png` -> `a/b/scan.txt`; two inputs of one folder that
-share a stem keep their suffix: `scan.png.txt`).
+mirrored under OUTPUT_DIR (`a/b/scan.png` -> `a/b/scan.txt`, `scan.alto.xml`, `scan.hocr`;
+two inputs of one folder that share a stem keep their suffix: `scan.png.txt`).
 
 Resumable: a file whose every output exists is skipped, and an output only exists once
 complete, because each is written to a temporary file in its folder and renamed into place
@@ -28,6 +28,7 @@ SUPPORTED = {".pdf", ".png", ".jpg", ".jpeg", ".bmp", ".tif", ".tiff", ".webp"}
 REPORT_NAME = "ocrfleet-report.json"
 TEMP_MARK = ".ocrfleet-"
 TEMP_SUFFIX = ".part"
+EXTENSIONS = {"alto": "alto.xml"}  # an output's file extension, when not the format's name
 
 
 def write_atomically(path: Path, data: bytes) -> None:
@@ -85,7 +86,7 @@ def output_names(files: list[Path], formats: list[str]) -> dict[Path, dict[str, 
     writers: dict[Path, Path] = {}
     for f in files:
         base = f.stem if stems[(f.parent, f.stem)] == 1 else f.name
-        names[f] = {fmt: f.parent / f"{base}.{fmt}" for fmt in formats}
+        names[f] = {fmt: f.parent / f"{base}.{EXTENSIONS.get(fmt, fmt)}" for fmt in formats}
         for path in names[f].values():
             other = writers.setdefault(path, f)
             if other != f:

@@ -1,7 +1,7 @@
 """The `ocrfleet` command (installed by `make install`):
 
-    ocrfleet ocr FILE [--format json|txt|pdf] [-o OUT]
-    ocrfleet batch INPUT_DIR OUTPUT_DIR [--glob PATTERN] [--format json,txt,pdf]
+    ocrfleet ocr FILE [--format json|txt|pdf|alto|hocr] [-o OUT]
+    ocrfleet batch INPUT_DIR OUTPUT_DIR [--glob PATTERN] [--format json,txt,pdf,alto,hocr]
                    [--concurrency N]
 
 --url (env OCRFLEET_URL, default http://127.0.0.1:8080) is the gateway; --api-key (env
@@ -33,7 +33,7 @@ def _formats(text: str) -> list[str]:
 def _single_format(text: str) -> list[str]:
     formats = _formats(text)
     if len(formats) != 1:
-        raise argparse.ArgumentTypeError("one format: json, txt or pdf")
+        raise argparse.ArgumentTypeError(f"one format: {', '.join(FORMATS)}")
     return formats
 
 
@@ -56,7 +56,8 @@ def parser() -> argparse.ArgumentParser:
     one = commands.add_parser("ocr", parents=[common], help="OCR one document")
     one.add_argument("file", type=Path)
     one.add_argument("--format", type=_single_format, default=["json"],
-                     help="json (default), txt or pdf (searchable PDF)")
+                     help="json (default), txt, pdf (searchable PDF), alto (ALTO v4 XML) "
+                     "or hocr")
     one.add_argument("-o", "--output", type=Path, help="write here instead of stdout")
     many = commands.add_parser("batch", parents=[common], help="OCR every file of a folder")
     many.add_argument("input_dir", type=Path)
@@ -64,7 +65,7 @@ def parser() -> argparse.ArgumentParser:
     many.add_argument("--glob", dest="pattern", help="files to take, relative to INPUT_DIR "
                       "(default: every PDF, PNG, JPEG, BMP, TIFF and WebP, recursively)")
     many.add_argument("--format", type=_formats, default=["json"],
-                      help="comma-separated: json, txt, pdf (default json)")
+                      help="comma-separated: json, txt, pdf, alto, hocr (default json)")
     many.add_argument("--concurrency", type=int, default=4,
                       help="documents in flight at once (default 4)")
     many.add_argument("--no-progress", action="store_true", help="no progress bar")

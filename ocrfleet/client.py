@@ -18,9 +18,11 @@ import requests
 
 from services.ocr_api.headers import PAGES as PAGES_HEADER
 
-FORMATS = {"json": "application/json", "txt": "text/plain", "pdf": "application/pdf"}
+FORMATS = {"json": "application/json", "txt": "text/plain", "pdf": "application/pdf",
+           "alto": "application/alto+xml", "hocr": "text/vnd.hocr+html"}
 ZIP = "application/zip"
-ZIP_MEMBERS = {"json": "result.json", "txt": "text.txt", "pdf": "searchable.pdf"}
+ZIP_MEMBERS = {"json": "result.json", "txt": "text.txt", "pdf": "searchable.pdf",
+               "alto": "result.alto.xml", "hocr": "result.hocr"}
 BUSY = (429, 503)
 TRANSIENT = (502, 504)
 NETWORK_ERRORS = (requests.ConnectionError, requests.Timeout,

@@ -1,13 +1,20 @@
 """`make lock` and `make audit`: the hashed lock files of the two images, and a check of them
 against the known-vulnerability database.
 
-    python -m scripts.deps lock    # requirements/gateway.lock, requirements/worker.lock
+    python -m scripts.deps lock    # requirements/{gateway,worker,worker-gpu}.lock
     python -m scripts.deps audit   # pip-audit on both; skipped, with a note, when unreachable
 
 Locks are resolved with `uv pip compile --generate-hashes` from pyproject.toml for the images'
 platform (Linux x86_64, CPython 3.11): the gateway from [project].dependencies, the worker from
-those plus the `worker` extra. The tools (uv, pip-audit) come from pyproject's `lock` and
-`audit` groups, installed into the running environment on first use.
+those plus the `worker` and `openvino` extras, the GPU worker from the `worker` extra with
+onnxruntime-gpu (the version its Dockerfile names) instead of onnxruntime, at the versions
+worker.lock pins. uv reads "3.11" as 3.11.0, so a lock holds what every 3.11 needs, also what
+later patch releases stop needing: async-timeout for redis below 3.11.3, which Debian
+bookworm's Python 3.11.2 (the images' base without a registry) must have. The locks carry no
+markers: the host's pip, downloading an image's wheelhouse, would judge them by the host's
+Python. tests/test_locks.py checks each lock against each image's Python. The tools (uv,
+pip-audit) come from pyproject's `lock` and `audit` groups, installed into the running
+environment on first use.
 
 The audit asks pip-audit's vulnerability service about every pinned version. Where that
 service cannot be reached (a machine that reaches only a package index, or none), pip-audit
@@ -27,6 +34,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCKS = {"gateway": (), "worker": ("worker", "openvino")}  # lock name -> pyproject extras
+# The GPU worker image's lock: requirements.py's list for it (no CPU onnxruntime beside the GPU
+# one), constrained to worker.lock's versions so that both workers run the same packages.
+GPU_LOCK = "worker-gpu"
+ALL_LOCKS = (*LOCKS, GPU_LOCK)
 PYTHON_VERSION = "3.11"
 PLATFORM = "x86_64-manylinux_2_28"
 SERVICES = ("pypi", "osv")  # pip-audit's vulnerability services, tried in this order
@@ -59,9 +70,26 @@ def _importable(module: str) -> bool:
                           capture_output=True).returncode == 0
 
 
+def gpu_requirements() -> str:
+    """The GPU worker's requirements, as its Dockerfile's fallback (requirements.py) lists them."""
+    from deploy.docker import requirements, wheelhouse
+
+    spec = wheelhouse.IMAGES["worker-gpu"]
+    package, arg = spec.pin
+    dockerfile = (ROOT / "deploy" / "docker" / wheelhouse.DOCKERFILES["worker-gpu"]).read_text()
+    pin = f"{package}=={wheelhouse.dockerfile_arg(dockerfile, arg)}"
+    with open(ROOT / "pyproject.toml", "rb") as handle:
+        pyproject = tomllib.load(handle)
+    return "\n".join(requirements.requirements(pyproject, spec.extras, spec.drop, (pin,))) + "\n"
+
+
 def compile_command(name: str) -> list[str]:
-    extras = [arg for extra in LOCKS[name] for arg in ("--extra", extra)]
-    return [sys.executable, "-m", "uv", "pip", "compile", "pyproject.toml", *extras,
+    """uv's command for one lock; the GPU lock's requirements come on stdin."""
+    if name == GPU_LOCK:
+        source = ["-", "--constraint", str(lock_path("worker").relative_to(ROOT))]
+    else:
+        source = ["pyproject.toml"] + [arg for extra in LOCKS[name] for arg in ("--extra", extra)]
+    return [sys.executable, "-m", "uv", "pip", "compile", *source,
             "--generate-hashes", "--python-version", PYTHON_VERSION,
             "--python-platform", PLATFORM, "--custom-compile-command", "make lock",
             "--no-progress", "--quiet", "--output-file", str(lock_path(name))]
@@ -71,8 +99,9 @@ def lock() -> int:
     if not ensure_tool("uv", "lock"):
         return 1
     lock_path("gateway").parent.mkdir(exist_ok=True)
-    for name in LOCKS:
-        subprocess.run(compile_command(name), cwd=ROOT, check=True)
+    for name in ALL_LOCKS:  # the GPU lock last: worker.lock constrains it
+        subprocess.run(compile_command(name), cwd=ROOT, check=True, text=True,
+                       input=gpu_requirements() if name == GPU_LOCK else None)
         print(f"wrote {lock_path(name).relative_to(ROOT)}")
     return 0
 
@@ -131,7 +160,7 @@ def reachable_service(probe_file: Path) -> str | None:
 
 
 def audit() -> int:
-    locks = [lock_path(name) for name in LOCKS]
+    locks = [lock_path(name) for name in ALL_LOCKS]
     missing = [str(p.relative_to(ROOT)) for p in locks if not p.is_file()]
     if missing:
         print(f"missing lock file(s) {', '.join(missing)}: run `make lock`")

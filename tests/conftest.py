@@ -155,3 +155,102 @@ def cjk_font() -> str:
     font = documents.find_font(documents.CJK_FONTS)
     assert font, "a CJK font is needed: apt-get install fonts-wqy-zenhei"
     return font
+
+
+# ---- skip policy: a skip passes only where tests/allowed_skips.txt allows it ----------------
+# pyproject's addopts print every skip with its reason (`-ra`). A skip whose reason matches no
+# entry of tests/allowed_skips.txt is turned into a failure where it happens (a pytest-xdist
+# worker sends that failed report on to the controller), so the suite never passes because a
+# part it needs (nginx, chromium, redis-server, poppler-utils, the fonts, kubectl) was missing:
+# the failure names the part, as the skip's reason did. The summary counts both kinds.
+ALLOWED_SKIPS = Path(__file__).with_name("allowed_skips.txt")
+
+
+def read_allowed_skips(path: Path = ALLOWED_SKIPS) -> list[tuple["re.Pattern[str]", str]]:
+    """(pattern, why) for each `PATTERN :: WHY` line: PATTERN a regular expression searched
+    in a skip's reason. Blank lines and # comments are left out; an entry without its why, or a
+    pattern that does not compile, stops the run."""
+    import re
+
+    entries = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        pattern, separator, why = (part.strip() for part in line.partition("::"))
+        if not (separator and pattern and why):
+            raise pytest.UsageError(f"{path}:{number}: write `PATTERN :: WHY` (why the skip "
+                                    f"is expected), not {line!r}")
+        try:
+            entries.append((re.compile(pattern), why))
+        except re.error as exc:
+            raise pytest.UsageError(f"{path}:{number}: {pattern!r}: {exc}") from None
+    return entries
+
+
+_ALLOWED_SKIP_ENTRIES: list | None = None
+
+
+def allowed_skip(reason: str) -> str | None:
+    """The why of the entry that allows a skip with this reason, else None."""
+    global _ALLOWED_SKIP_ENTRIES
+    if _ALLOWED_SKIP_ENTRIES is None:
+        _ALLOWED_SKIP_ENTRIES = read_allowed_skips()
+    return next((why for pattern, why in _ALLOWED_SKIP_ENTRIES if pattern.search(reason)),
+                None)
+
+
+def skip_reason(report) -> str | None:
+    """A skipped test's or collector's reason; None when it did not skip (an xfail is no skip)."""
+    if not report.skipped or hasattr(report, "wasxfail"):
+        return None
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
+def fail_unlisted_skip(report) -> None:
+    reason = skip_reason(report)
+    if reason is None or allowed_skip(reason) is not None:
+        return
+    report.outcome = "failed"
+    report.unlisted_skip = reason  # kept through pytest-xdist's report serialization
+    report.longrepr = (
+        f"unexpected skip: {reason}\n"
+        f"A skip passes only where {ALLOWED_SKIPS.relative_to(REPO_ROOT)} allows it. A missing "
+        "Debian package: `bash scripts/install_system_deps.sh --require` installs it (or says "
+        "why it cannot); an expected skip: add its reason there, with why.")
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    fail_unlisted_skip(report)
+    return report
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_make_collect_report(collector):
+    report = yield
+    fail_unlisted_skip(report)
+    return report
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """On the controller: the skips allowed (by entry) and those that failed the run."""
+    if hasattr(config, "workerinput"):
+        return
+    from collections import Counter
+
+    stats = terminalreporter.stats
+    allowed = Counter(allowed_skip(skip_reason(r) or "") or "?"
+                      for r in stats.get("skipped", []) if skip_reason(r) is not None)
+    unlisted = Counter(r.unlisted_skip for key in ("failed", "error")
+                       for r in stats.get(key, []) if getattr(r, "unlisted_skip", None))
+    if not (allowed or unlisted):
+        return
+    terminalreporter.section(f"skip policy ({ALLOWED_SKIPS.relative_to(REPO_ROOT)})")
+    for why, count in allowed.items():
+        terminalreporter.write_line(f"{count} skipped, allowed: {why}")
+    for reason, count in unlisted.items():
+        terminalreporter.write_line(f"{count} skipped WITHOUT an allow-list entry, failed: "
+                                    f"{reason}", red=True)

@@ -10,6 +10,7 @@ import base64
 import concurrent.futures
 import json
 import re
+import socket
 import time
 
 import pytest
@@ -155,6 +156,46 @@ def test_a_client_that_goes_away_cancels_its_queued_pages(processes, tmp_path):
         pass
     settled = wait_until(lambda: _stable(lambda: pages_served(urls[0])), what="the worker idle")
     assert settled - before < 25
+
+
+def test_a_closed_stream_frees_its_queued_pages_before_its_next_line(processes, tmp_path):
+    # pages of 12 s: the next line, and the failed write that used to notice the hang-up,
+    # would be 20 s away; the client check frees the document's pages long before
+    urls = start_workers(processes, tmp_path, 1, {**SIM, "OCR_SIM_PAGE_MS": "12000"})
+    gateway = start_gateway(processes, tmp_path, {"GATEWAY_REPLICAS": urls[0]})
+    body = json.dumps({"file": b64(documents.labelled_pdf(6, lines_per_page=0))}).encode()
+    port = int(gateway.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+        client.sendall(b"POST /ocr HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                       b"Accept: application/x-ndjson\r\nContent-Type: application/json\r\n"
+                       b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        wait_until(lambda: metric(gateway, "ocr_gateway_queued_pages") == 6,
+                   what="the document admitted")
+    # closed (the web page's Cancel): nothing answered yet, the first page still in flight
+    wait_until(lambda: metric(gateway, "ocr_gateway_queued_pages") == 0, timeout=8,
+               what="the closed stream's pages freed")
+
+
+def test_the_memory_budget_refuses_a_body_it_cannot_hold_until_an_answer_has_gone(
+        processes, tmp_path):
+    urls = start_workers(processes, tmp_path, 1, {**SIM, "OCR_SIM_PAGE_MS": "300"})
+    gateway = start_gateway(processes, tmp_path, {"GATEWAY_REPLICAS": urls[0]},
+                            GATEWAY_QUEUE_BYTES=str(4 * 2**20), GATEWAY_ANSWER_MEMORY_MB="1")
+    small = documents.labelled_pdf(4, lines_per_page=0)
+    large = {"file": b64(small + b"%" * (500 * 1024))}  # about 2.7 MB to hold while read
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        held = pool.submit(requests.post, f"{gateway}/ocr", json={"file": b64(small)},
+                           timeout=60)
+        wait_until(lambda: metric(gateway, "ocr_gateway_held_bytes") > 2**20,
+                   what="the first answer's room held")
+        refused = requests.post(f"{gateway}/ocr", json=large, timeout=30)
+        assert refused.status_code == 429 and "MB held" in refused.json()["errorMsg"]
+        assert int(refused.headers["Retry-After"]) >= 1
+        assert held.result().status_code == 200
+    # the answer has gone: its room is given back, and the large body now fits
+    wait_until(lambda: metric(gateway, "ocr_gateway_held_bytes") == 0, what="room given back")
+    assert requests.post(f"{gateway}/ocr", json=large, timeout=60).status_code == 200
+    assert metric(gateway, "ocr_gateway_held_bytes") == 0
 
 
 def _stable(read, quiet_s: float = 1.5) -> float | None:

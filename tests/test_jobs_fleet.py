@@ -406,7 +406,8 @@ def test_results_in_each_format_then_expiry(fleet, gateway):
     bundle = requests.get(result_url, headers={"Accept": "application/zip"}, timeout=30)
     assert bundle.status_code == 200, bundle.text[:300]
     with zipfile.ZipFile(io.BytesIO(bundle.content)) as archive:
-        assert sorted(archive.namelist()) == ["result.json", "searchable.pdf", "text.txt"]
+        assert sorted(archive.namelist()) == ["result.alto.xml", "result.hocr", "result.json",
+                                              "searchable.pdf", "text.txt"]
         assert archive.read("text.txt").decode() == text.text
         assert json.loads(archive.read("result.json"))["result"]["dataInfo"] == \
             body["result"]["dataInfo"]

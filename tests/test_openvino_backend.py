@@ -36,21 +36,17 @@ def test_config_validates_backend_settings():
         WorkerConfig.from_env({"OCR_BACKEND": "openvino", "OCR_DEVICE": "gpu:0"})
 
 
-def test_auto_backend_is_onnxruntime_off_the_cpu_and_explicit_choices_stay():
-    assert engine_tuning.resolve_backend(WorkerConfig(backend="auto", device="gpu:0")) \
-        == "onnxruntime"
-    for backend in ("onnxruntime", "openvino", "paddle"):
-        assert engine_tuning.resolve_backend(WorkerConfig(backend=backend)) == backend
-    assert engine_tuning.paddle_engine_name("openvino") == "onnxruntime"
-
-
-def test_auto_backend_follows_the_cpu(monkeypatch):
+def test_auto_backend_is_onnxruntime_everywhere_and_explicit_choices_stay(monkeypatch):
+    """One default engine on every machine (issue 26), bf16 CPU or not."""
     from services.ocr_worker import openvino_backend
 
     monkeypatch.setattr(openvino_backend, "cpu_capabilities", lambda: ["FP32", "BF16"])
-    assert engine_tuning.resolve_backend(WorkerConfig(backend="auto")) == "openvino"
-    monkeypatch.setattr(openvino_backend, "cpu_capabilities", lambda: ["FP32", "INT8"])
-    assert engine_tuning.resolve_backend(WorkerConfig(backend="auto")) == "onnxruntime"
+    for device in ("cpu", "gpu:0"):
+        assert engine_tuning.resolve_backend(WorkerConfig(backend="auto", device=device)) \
+            == "onnxruntime"
+    for backend in ("onnxruntime", "openvino", "paddle"):
+        assert engine_tuning.resolve_backend(WorkerConfig(backend=backend)) == backend
+    assert engine_tuning.paddle_engine_name("openvino") == "onnxruntime"
 
 
 def _softmax(logits: np.ndarray) -> np.ndarray:
@@ -174,3 +170,31 @@ def test_openvino_pipeline_reads_the_same_text(onnxruntime_run):
     assert engine.info["backend"] == "openvino" and engine.info["precision"] == "fp32"
     assert engine.predict([_page()], {})[0].result_json()["rec_texts"] == texts
     assert any("1,234.56" in line for line in texts), texts
+
+
+@pytest.mark.engine
+def test_openvino_releases_its_buffers_after_a_large_input_and_still_reads_the_same():
+    """A large input's intermediate buffers are handed back (issue 26: ~2 GB held otherwise);
+    the next inference allocates them again and gives the same output."""
+    from services.ocr_worker.openvino_backend import RELEASE_MIN_VALUES
+
+    det, _ = _openvino_sessions("fp32")
+    released = []
+    compiled = det._compiled
+
+    class Recording:
+        def release_memory(self):
+            released.append(True)
+            compiled.release_memory()
+
+    det._compiled = Recording()
+    name = compiled.inputs[0].any_name
+    small = {name: np.random.default_rng(0).random((1, 3, 320, 320), np.float32)}
+    large = {name: np.random.default_rng(1).random((1, 3, 1024, 1024), np.float32)}
+    assert large[name].size >= RELEASE_MIN_VALUES > small[name].size
+    [first] = det.run(None, small)
+    assert not released
+    [big] = det.run(None, large)
+    assert released and big.shape[-2:] == (1024, 1024)
+    [again] = det.run(None, small)
+    assert np.array_equal(first, again)

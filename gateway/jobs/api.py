@@ -65,6 +65,15 @@ def create_blueprint(jobs) -> Blueprint:
 
     @blueprint.post("/jobs")
     def submit():
+        # reading the body takes room in the memory budget, as for /ocr (429 before reading)
+        ticket = jobs.service.reserve(request.content_length,
+                                      request.mimetype != "multipart/form-data")
+        try:
+            return create()
+        finally:
+            ticket.release()
+
+    def create():
         fields, file_bytes = read_ocr_fields()
         callback_url = fields.pop("callbackUrl", None)
         if callback_url is not None:

@@ -1,13 +1,13 @@
 """What /ocr and a job's result answer with, chosen by the request's Accept header: the
 PaddleX JSON envelope (the default), NDJSON page by page, plain text, the searchable PDF
-(pdf.py), or a ZIP of the JSON, text and PDF from one OCR pass (what a batch client that
-wants several of them asks for). This package is the one writer of answers (paddlex.py: the
-envelope, NDJSON lines, text), from pages in order (`Answer`). Errors are JSON envelopes
-whatever was asked for."""
+(pdf.py), ALTO v4 XML (alto.py) and hOCR (hocr.py) for archives' toolchains, or a ZIP of
+them all from one OCR pass (what a batch client that wants several of them asks for). This
+package is the one writer of answers (paddlex.py: the envelope, NDJSON lines, text), from
+pages in order (`Answer`). Errors are JSON envelopes whatever was asked for."""
 
 from __future__ import annotations
 
-import io
+import tempfile
 import zipfile
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, MutableMapping
@@ -20,7 +20,7 @@ from services.ocr_api import headers as protocol
 from services.ocr_api.errors import ApiError
 
 from ..assemble import PageOutcome
-from . import paddlex
+from . import alto, hocr, paddlex
 from .sandbox import PdfBuilder
 
 JSON = "application/json"
@@ -28,10 +28,15 @@ NDJSON = "application/x-ndjson"
 TEXT = "text/plain"
 PDF = "application/pdf"
 ZIP = "application/zip"
-OFFERED = (JSON, NDJSON, TEXT, PDF, ZIP)
+ALTO = alto.MEDIA_TYPE  # application/alto+xml
+HOCR = hocr.MEDIA_TYPE  # text/vnd.hocr+html
+OFFERED = (JSON, NDJSON, TEXT, PDF, ALTO, HOCR, ZIP)
 # a client that names several formats at the same quality gets the most specific one
-NAMED_PRIORITY = {NDJSON: 5, PDF: 4, ZIP: 3, TEXT: 2, JSON: 1}
-ZIP_MEMBERS = {JSON: "result.json", TEXT: "text.txt", PDF: "searchable.pdf"}
+NAMED_PRIORITY = {NDJSON: 7, PDF: 6, ALTO: 5, HOCR: 4, ZIP: 3, TEXT: 2, JSON: 1}
+ZIP_MEMBERS = {JSON: "result.json", TEXT: "text.txt", PDF: "searchable.pdf",
+               ALTO: "result.alto.xml", HOCR: "result.hocr"}
+ZIP_MEMORY_BYTES = 8 * 2**20  # a ZIP being written past this goes to a temporary file
+ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # members are dated as zipfile dates what it has no date for
 
 
 def negotiate(header: str | None) -> str:
@@ -55,8 +60,9 @@ def negotiate(header: str | None) -> str:
 
 
 def prepare_fields(fmt: str, fields: MutableMapping[str, Any]) -> None:
-    """Text, PDF and ZIP answers use no visualization images: skip them unless asked."""
-    if fmt in (TEXT, PDF, ZIP):
+    """Text, PDF, ALTO, hOCR and ZIP answers use no visualization images: skip them unless
+    asked."""
+    if fmt in (TEXT, PDF, ALTO, HOCR, ZIP):
         fields.setdefault("visualize", False)
 
 
@@ -85,15 +91,41 @@ def respond(fmt: str, answer: Answer, fonts: tuple[str, ...], builder: PdfBuilde
     if fmt == TEXT:
         return Response(paddlex.text_chunks(answer.pages()), mimetype="text/plain",
                         content_type="text/plain; charset=utf-8", headers=headers)
+    if fmt == ALTO:
+        return Response(alto.alto_chunks(answer.pages()), mimetype=ALTO,
+                        content_type=f"{ALTO}; charset=utf-8", headers=headers)
+    if fmt == HOCR:
+        return Response(hocr.hocr_chunks(answer.pages(), answer.num_pages), mimetype=HOCR,
+                        content_type=f"{HOCR}; charset=utf-8", headers=headers)
     pdf = builder.build(answer.file_bytes(), answer.kind,
                         [paddlex.page_layout(page) for page in answer.pages()], fonts)
     if fmt == PDF:
         return Response(pdf, mimetype=PDF, headers=headers)
-    bundle = io.BytesIO()
-    with zipfile.ZipFile(bundle, "w") as archive:
-        archive.writestr(ZIP_MEMBERS[JSON], b"".join(paddlex.envelope_chunks(
-            answer.log_id, answer.pages(), answer.page_range_given)), zipfile.ZIP_DEFLATED)
-        archive.writestr(ZIP_MEMBERS[TEXT], b"".join(paddlex.text_chunks(answer.pages())),
-                         zipfile.ZIP_DEFLATED)
-        archive.writestr(ZIP_MEMBERS[PDF], pdf, zipfile.ZIP_STORED)
-    return Response(bundle.getvalue(), mimetype=ZIP, headers=headers)
+    return Response(_zip_chunks(answer, pdf), mimetype=ZIP, headers=headers)
+
+
+def _zip_chunks(answer: Answer, pdf: bytes) -> Iterator[bytes]:
+    """The ZIP, each member written a chunk at a time into a spooled file (memory up to a
+    few MB, then disk), then sent from it: its size never sits in the gateway's memory."""
+    members = {
+        ZIP_MEMBERS[JSON]: paddlex.envelope_chunks(answer.log_id, answer.pages(),
+                                                   answer.page_range_given),
+        ZIP_MEMBERS[TEXT]: paddlex.text_chunks(answer.pages()),
+        ZIP_MEMBERS[ALTO]: alto.alto_chunks(answer.pages()),
+        ZIP_MEMBERS[HOCR]: hocr.hocr_chunks(answer.pages(), answer.num_pages),
+    }
+    spooled = tempfile.SpooledTemporaryFile(max_size=ZIP_MEMORY_BYTES, prefix="ocrfleet-zip-")
+    try:
+        with zipfile.ZipFile(spooled, "w") as archive:
+            for name, chunks in members.items():
+                info = zipfile.ZipInfo(name, ZIP_DATE)
+                info.compress_type = zipfile.ZIP_DEFLATED
+                with archive.open(info, "w", force_zip64=True) as out:
+                    for chunk in chunks:
+                        out.write(chunk)
+            archive.writestr(zipfile.ZipInfo(ZIP_MEMBERS[PDF], ZIP_DATE), pdf)
+        spooled.seek(0)
+        while chunk := spooled.read(1 << 20):
+            yield chunk
+    finally:
+        spooled.close()

@@ -45,6 +45,7 @@ class WorkerConfig:
     cache_dir: str = str(Path.home() / ".cache" / "ocrfleet" / "paddlex")
 
     pdf_dpi: float = 144.0
+    pdf_scan_dpi_max: float = 400.0  # a scanned page is rendered at its own DPI, up to this
     max_bytes: int = 64 * 1024 * 1024
     max_pages: int = 1000
     max_pixels: int = 50_000_000
@@ -100,6 +101,8 @@ class WorkerConfig:
             visualize_default=env.bool("OCR_VISUALIZE", defaults.visualize_default),
             cache_dir=env.str("OCR_CACHE_DIR", defaults.cache_dir),
             pdf_dpi=env.float("OCR_PDF_DPI", defaults.pdf_dpi, 36, 600),
+            pdf_scan_dpi_max=env.float("OCR_PDF_SCAN_DPI_MAX", defaults.pdf_scan_dpi_max, 36,
+                                       1200),
             max_bytes=env.int("OCR_MAX_BYTES", defaults.max_bytes, 1024),
             max_pages=env.int("OCR_MAX_PAGES", defaults.max_pages, 1),
             max_pixels=env.int("OCR_MAX_PIXELS", defaults.max_pixels, 10_000),

@@ -1,6 +1,7 @@
 """Turning a validated request's bytes into page images: images decoded with OpenCV after a
 header check (size, pixel budget, integrity), PDFs opened with pypdfium2 and rendered one page
-at a time at the configured DPI. Every failure is an ApiError with a message a caller can act on.
+at a time: a scanned page at its scan's resolution, any other at the configured DPI. Every
+failure is an ApiError with a message a caller can act on.
 
 pdfium is not thread-safe, so every pdfium call holds the process's one PDFIUM_LOCK
 (services.documents.pdf); opening, counting and page limits are shared with the gateway
@@ -20,13 +21,19 @@ import pypdfium2 as pdfium
 from PIL import Image
 
 from services.documents.pages import select_pages
-from services.documents.pdf import PDFIUM_LOCK, open_pdf
+from services.documents.pdf import PDFIUM_LOCK, PlacedImage, open_pdf, placed_images
 from services.documents.tiff import count_tiff_frames
 from services.ocr_api.errors import ApiError, excerpt, unprocessable
 from services.ocr_api.request import OcrRequest, resolve_page_range
 from services.ocr_api.sniff import KIND_PDF, is_tiff
+from services.ocr_worker.config import WorkerConfig
 
 KIND_TIFF = "tiff"
+# A page is a scan when images cover at least this share of it (overlaps counted twice: a
+# mixed-raster scan's layers each cover the page); images under MIN_IMAGE_SHARE of the page
+# (a logo, a stamp) do not set its resolution.
+SCAN_COVERAGE = 0.5
+MIN_IMAGE_SHARE = 0.05
 
 # We check pixel counts ourselves, against the configured limit; PIL's warnings about corrupt
 # files become our 422s instead (a process-wide filter: catch_warnings is not thread-safe).
@@ -39,6 +46,7 @@ class DecodeLimits:
     max_pages: int
     max_pixels: int
     pdf_dpi: float
+    scan_dpi_max: float = WorkerConfig.pdf_scan_dpi_max
 
 
 class Document:
@@ -75,6 +83,10 @@ class ImageDocument(Document):
 
 
 class PdfDocument(Document):
+    """Each selected page's render scale is fixed when the document is opened (its page
+    loaded, its images measured), so the memory reserved for `page_bytes` is what rendering
+    takes."""
+
     def __init__(self, pdf: pdfium.PdfDocument, page_indices: list[int], total_pages: int,
                  limits: DecodeLimits):
         self.kind = KIND_PDF
@@ -82,31 +94,42 @@ class PdfDocument(Document):
         self.page_indices = page_indices
         self._pdf = pdf
         self._limits = limits
-        self.page_bytes = self._largest_page_bytes()
+        self._scales: dict[int, float] = {}
+        self.page_bytes = self._plan_pages()
 
     def pages(self) -> Iterator[np.ndarray]:
         for index in self.page_indices:
             yield self._render(index)
 
-    def _largest_page_bytes(self) -> int:
+    def _plan_pages(self) -> int:
+        """Fill in each page's scale; returns the largest rendered page's bytes."""
         largest = 0
         with PDFIUM_LOCK:
             for index in self.page_indices:
-                width_pt, height_pt = self._pdf.get_page_size(index)
+                page = None
                 try:
-                    scale = render_scale(width_pt, height_pt, index, self._limits)
-                except ApiError:
+                    page = self._pdf[index]
+                    width_pt, height_pt = page.get_size()
+                    self._scales[index] = scale = self._page_scale(page, index)
+                except (ApiError, pdfium.PdfiumError):
                     continue  # reported when that page is rendered
+                finally:
+                    if page is not None:
+                        page.close()
                 largest = max(largest, math.ceil(width_pt * scale) * math.ceil(height_pt * scale))
         return largest * 3
+
+    def _page_scale(self, page: pdfium.PdfPage, index: int) -> float:
+        width_pt, height_pt = page.get_size()
+        dpi = page_dpi(placed_images(page), width_pt, height_pt, self._limits)
+        return render_scale(width_pt, height_pt, index, self._limits, dpi)
 
     def _render(self, index: int) -> np.ndarray:
         with PDFIUM_LOCK:
             page = None
             try:
                 page = self._pdf[index]
-                width_pt, height_pt = page.get_size()
-                scale = render_scale(width_pt, height_pt, index, self._limits)
+                scale = self._scales.get(index) or self._page_scale(page, index)
                 bitmap = page.render(scale=scale)
                 try:
                     image = bitmap.to_numpy().copy()
@@ -130,13 +153,37 @@ class PdfDocument(Document):
             self._pdf.close()
 
 
-def render_scale(width_pt: float, height_pt: float, index: int, limits: DecodeLimits) -> float:
-    """The configured DPI as a pdfium scale, lowered (as PaddleX does) so that a page stays
-    within the pixel budget; 422 for a page with no area."""
+def page_dpi(images: list[PlacedImage], width_pt: float, height_pt: float,
+             limits: DecodeLimits) -> float:
+    """The resolution to render a page at. A scan (images covering SCAN_COVERAGE of the page)
+    is read at its own resolution, the densest of its images that are more than a logo, so
+    OCR gets the scanner's pixels and small print keeps its strokes; never below the
+    configured DPI (a low-resolution scan is enlarged as before) nor above scan_dpi_max (time
+    and memory). Any other page is text and vectors: the configured DPI, chosen for text
+    size."""
+    page_area = width_pt * height_pt
+    covered = sum(image.width_pt * image.height_pt for image in images)
+    if not images or not covered >= SCAN_COVERAGE * page_area:
+        return limits.pdf_dpi
+    # a scan cut into small tiles has no image over the share: then all of them count
+    measured = [image for image in images
+                if image.width_pt * image.height_pt >= MIN_IMAGE_SHARE * page_area] or images
+    own = max(72.0 * max(image.width_px / image.width_pt, image.height_px / image.height_pt)
+              for image in measured)
+    return max(limits.pdf_dpi, min(own, limits.scan_dpi_max))
+
+
+def render_scale(width_pt: float, height_pt: float, index: int, limits: DecodeLimits,
+                 dpi: float) -> float:
+    """`dpi` as a pdfium scale, lowered (as PaddleX does) so that a page stays within the
+    pixel budget; 422 for a page with no area. pdfium stretches the page over ceil(width x
+    scale) pixels, so the scale is a hair under dpi / 72: a scan 4000 pixels wide renders
+    4000 wide, not 4001 from pdfium's float32 sizes (which would resample, and blur, every
+    pixel)."""
     if not (width_pt > 0 and height_pt > 0) or not math.isfinite(width_pt * height_pt):
         raise unprocessable(f"Page {index + 1} of the PDF has an invalid size "
                             f"({width_pt} x {height_pt} pt)")
-    scale = limits.pdf_dpi / 72.0
+    scale = dpi / 72.0 * (1 - 1e-5)
     while math.ceil(width_pt * scale) * math.ceil(height_pt * scale) > limits.max_pixels:
         scale = min(scale * 0.99, math.sqrt(limits.max_pixels / (width_pt * height_pt)))
     if scale < 0.05:

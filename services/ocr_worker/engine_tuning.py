@@ -2,8 +2,8 @@
 (README "Engine speed") and shown not to alter the text on the accuracy corpus
 (`make bench-accuracy`):
 
-- the backend: `OCR_BACKEND=auto` resolves to OpenVINO at bf16 on a CPU that has bf16, else
-  onnxruntime; `openvino` swaps the sessions (services/ocr_worker/openvino_backend.py);
+- the backend: `OCR_BACKEND=auto` resolves to onnxruntime everywhere (the images' backend);
+  `openvino` swaps the sessions (services/ocr_worker/openvino_backend.py);
 - CTC decoding: PaddleX's CTCLabelDecode copies the recognition output (batch x time x 6906
   classes) and reads it twice (argmax, then max); ours reads it once more after the argmax
   only at the chosen classes. Same argmax, same probabilities, so the same text and scores.
@@ -23,20 +23,12 @@ log = logging.getLogger("ocr_worker.engine")
 
 
 def resolve_backend(config: WorkerConfig) -> str:
-    """The backend `auto` stands for here: OpenVINO where it is installed, the device is the
-    CPU and the CPU computes in bf16 (the fast setting that keeps CER within 0.002 of
-    onnxruntime fp32 on the accuracy corpus); otherwise onnxruntime."""
-    if config.backend != "auto":
-        return config.backend
-    if config.device != "cpu":
-        return "onnxruntime"
-    try:
-        from . import openvino_backend
-
-        capabilities = openvino_backend.cpu_capabilities()
-    except ImportError:
-        return "onnxruntime"
-    return "openvino" if "BF16" in capabilities else "onnxruntime"
+    """The backend `auto` stands for: onnxruntime, on every machine, so that `make run`, the
+    images and the manifests run the engine their memory limits were measured on. OpenVINO
+    bf16 is ~1.7x faster on a CPU with bf16 but holds ~1.1 GB after large scans where
+    onnxruntime holds ~0.4 GB (issue 26; README "Engine speed"): it is a choice, not a
+    default."""
+    return "onnxruntime" if config.backend == "auto" else config.backend
 
 
 def paddle_engine_name(backend: str) -> str:

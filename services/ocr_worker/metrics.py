@@ -60,3 +60,26 @@ def observe_rss(rss: int) -> None:
 def set_engine_info(info: dict[str, str]) -> None:
     ENGINE_INFO.labels(info.get("engine", ""), info.get("backend", ""), info.get("device", ""),
                        info.get("det_model", ""), info.get("rec_model", "")).set(1)
+    MEMORY_LIMIT_BYTES.set(container_memory_limit())  # once per process, at its start
+
+
+# Alert rules (deploy/monitoring/rules.yaml): RSS_BYTES against this.
+MEMORY_LIMIT_BYTES = Gauge("ocr_worker_memory_limit_bytes",
+                           "The container's memory limit (cgroup memory.max); 0 when unlimited",
+                           multiprocess_mode="livemax")
+CGROUP_LIMIT_FILES = ("/sys/fs/cgroup/memory.max",  # cgroup v2
+                      "/sys/fs/cgroup/memory/memory.limit_in_bytes")  # cgroup v1
+
+
+def container_memory_limit(files=CGROUP_LIMIT_FILES) -> int:
+    """Bytes, or 0 when no limit is set (v2 says "max"; v1 a number near 2**63)."""
+    for path in files:
+        try:
+            with open(path) as handle:
+                text = handle.read().strip()
+        except OSError:
+            continue
+        if not text.isdigit() or int(text) >= 2 ** 60:
+            return 0
+        return int(text)
+    return 0

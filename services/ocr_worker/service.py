@@ -45,7 +45,8 @@ class OcrService:
             batch_wait_s=config.batch_wait_ms / 1000.0, warmup=config.warmup,
             observe=self._observe_batcher, after_batch=self.keeper.after_batch)
         self.limits = DecodeLimits(max_pages=config.max_pages, max_pixels=config.max_pixels,
-                                   pdf_dpi=config.pdf_dpi)
+                                   pdf_dpi=config.pdf_dpi,
+                                   scan_dpi_max=config.pdf_scan_dpi_max)
         self.fetch_url = (make_url_fetcher(config.max_bytes, config.url_timeout_s)
                           if config.allow_url_input else None)
         self.visualize_by_default = (config.visualize_default

@@ -1,0 +1,174 @@
+"""Gateway memory (issue 22): peak resident memory of one gateway process group (the gunicorn
+master, its worker and the searchable-PDF builders), summed over its processes and sampled
+every 20 ms, above its idle level:
+
+- one dense PDF of BENCH_GW_PAGES (300) pages, asked back in every format, with `visualize`
+  on (the worker's page image in every page: the heavy case) and off; the goal is a peak flat
+  in the page count, so the same is measured at a tenth of the pages for the ratio;
+- BENCH_GW_UPLOADS (20) concurrent uploads of BENCH_GW_UPLOAD_MB (100) MB PDFs (50 pages, each
+  with an unused stream), as multipart and as JSON: the memory budget (GATEWAY_QUEUE_BYTES)
+  answers 429 to what does not fit, before its body is read.
+
+Four sim workers answer (the fleet, not OCR: the gateway's side is what is measured). Writes
+gateway-memory.json (docs/figures/ holds the committed run) and prints a table."""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import io
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pikepdf
+import requests
+
+from loadtest import documents, local_fleet, procstats, report
+
+FORMATS = ("application/json", "application/x-ndjson", "text/plain", "application/pdf",
+           "application/zip")
+
+
+class PeakRss:
+    """The most the process group's summed RSS reached while the block ran, in MiB."""
+
+    def __init__(self, pgid: int):
+        self.pgid = pgid
+        self.peak = 0
+        self._stop = threading.Event()
+
+    def now(self) -> int:
+        total = 0
+        for pid in procstats.group_pids(self.pgid):
+            try:
+                total += procstats.rss_kib(pid)
+            except (OSError, ProcessLookupError):
+                continue
+        return total
+
+    def __enter__(self) -> "PeakRss":
+        self._stop.clear()
+        self.peak = self.now()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.wait(0.02):
+            self.peak = max(self.peak, self.now())
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def big_pdf(megabytes: int, pages: int = 50) -> bytes:
+    """A valid PDF of `megabytes`: `pages` pages, each carrying its share as an unused,
+    uncompressed stream (so each page sent to a worker stays within its request limit)."""
+    with pikepdf.open(io.BytesIO(documents.labelled_pdf(pages, lines_per_page=0))) as pdf:
+        for page in pdf.pages:
+            page.obj.Padding = pikepdf.Stream(pdf, os.urandom(megabytes * 2**20 // pages))
+        out = io.BytesIO()
+        pdf.save(out, compress_streams=False)
+        return out.getvalue()
+
+
+def measure(meter: PeakRss, send: Callable[[], Any]) -> tuple[dict[str, float], Any]:
+    """The group's RSS before and at its peak while `send` ran, and the growth, in MiB."""
+    idle = meter.now()
+    with meter:
+        outcome = send()
+    return {"idle_mb": round(idle / 1024, 1), "peak_mb": round(meter.peak / 1024, 1),
+            "peak_growth_mb": round((meter.peak - idle) / 1024, 1)}, outcome
+
+
+def read_all(url: str, pdf: bytes, accept: str, visualize: bool) -> int:
+    with requests.post(f"{url}/ocr", files={"file": ("doc.pdf", pdf)},
+                       data={"visualize": str(visualize).lower()}, stream=True,
+                       headers={"Accept": accept}, timeout=900) as response:
+        size = sum(len(chunk) for chunk in response.iter_content(1 << 20))
+        if response.status_code != 200:
+            raise RuntimeError(f"{accept}: {response.status_code} {response.text[:200]}")
+        return size
+
+
+def formats(url: str, meter: PeakRss, pages: int) -> list[dict[str, Any]]:
+    pdf = documents.dense_pdf(pages)
+    rows = []
+    for visualize in (False, True):
+        for accept in FORMATS:
+            rss, size = measure(meter, lambda: read_all(url, pdf, accept, visualize))
+            rows.append({"pages": pages, "format": accept, "visualize": visualize,
+                         "answer_mb": round(size / 2**20, 1), **rss})
+            print(rows[-1], flush=True)
+    return rows
+
+
+def uploads(url: str, meter: PeakRss, count: int, megabytes: int) -> list[dict[str, Any]]:
+    pdf = big_pdf(megabytes)
+    sends = {"multipart": lambda: requests.post(f"{url}/ocr", files={"file": ("d.pdf", pdf)},
+                                                timeout=900).status_code,
+             "json": lambda: requests.post(f"{url}/ocr", timeout=900, json={
+                 "file": base64.b64encode(pdf).decode()}).status_code}
+    rows = []
+    for name, send in sends.items():
+        def all_at_once() -> list[int]:
+            with concurrent.futures.ThreadPoolExecutor(count) as pool:
+                return list(pool.map(lambda _: send(), range(count)))
+        rss, statuses = measure(meter, all_at_once)
+        rows.append({"body": name, "uploads": count, "upload_mb": megabytes,
+                     "answered_200": statuses.count(200), "answered_429": statuses.count(429),
+                     "other": sorted(s for s in statuses if s not in (200, 429)),
+                     **rss})
+        print(rows[-1], flush=True)
+    return rows
+
+
+def run() -> dict[str, Any]:
+    pages = int(os.environ.get("BENCH_GW_PAGES", "300"))
+    count = int(os.environ.get("BENCH_GW_UPLOADS", "20"))
+    megabytes = int(os.environ.get("BENCH_GW_UPLOAD_MB", "100"))
+    logs = Path(tempfile.mkdtemp(prefix="bench-gw-memory-"))
+    env = local_fleet.sim_worker_env(5, OCR_QUEUE_SIZE="8", OCR_MAX_PAGES="5000")
+    with local_fleet.workers(4, env, logs) as workers:
+        gateway_env = {"GATEWAY_PROCESSES": "1", "GATEWAY_HTTP_THREADS": str(count + 4)}
+        with local_fleet.gateway([local_fleet.url_of(w) for w in workers], logs,
+                                 gateway_env) as gateway:
+            url = local_fleet.url_of(gateway)
+            meter = PeakRss(gateway.process.pid)
+            read_all(url, documents.dense_pdf(2), FORMATS[3], False)  # builders started
+            rows = formats(url, meter, max(1, pages // 10)) + formats(url, meter, pages)
+            return {**report.stamp(), "gateway_env": gateway_env, "formats": rows,
+                    "uploads": uploads(url, meter, count, megabytes)}
+
+
+def table(result: dict[str, Any]) -> str:
+    most = max(r["pages"] for r in result["formats"])
+    small = {(r["format"], r["visualize"]): r for r in result["formats"] if r["pages"] != most}
+    rows = [[r["format"], "on" if r["visualize"] else "off", r["answer_mb"],
+             r["peak_growth_mb"], small[(r["format"], r["visualize"])]["peak_growth_mb"],
+             r["peak_mb"]] for r in result["formats"] if r["pages"] == most]
+    text = report.table(["format", "visualize", f"answer MB ({most} pages)",
+                         f"peak +MB ({most} pages)", f"peak +MB ({most // 10} pages)",
+                         "peak RSS MB"], rows)
+    uploads_rows = [[u["body"], u["uploads"], u["upload_mb"], u["answered_200"],
+                     u["answered_429"], u["peak_growth_mb"], u["peak_mb"]]
+                    for u in result["uploads"]]
+    return text + "\n\n" + report.table(["body", "uploads", "MB each", "200", "429",
+                                         "peak +MB", "peak RSS MB"], uploads_rows)
+
+
+def main() -> int:
+    result = run()
+    report.write_json("gateway-memory.json", result)
+    print(table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
