@@ -13,8 +13,8 @@ export PYTHONPATH := $(CURDIR)
 
 .PHONY: install system-deps models run worker test test-fast bench bench-scaling bench-overload \
 	bench-fleet \
-	bench-accuracy bench-gateway-memory bench-paddlex loadtest k8s-validate screenshots lock audit container-deps \
-	images image-test image-smoke clean
+	bench-accuracy bench-cache bench-gateway-memory bench-paddlex loadtest k8s-validate screenshots lock audit container-deps \
+	images image-test image-smoke docs clean
 
 install: system-deps $(STAMP) $(MODELS_STAMP)
 
@@ -75,6 +75,10 @@ bench-fleet: install
 bench-gateway-memory: install
 	$(PY) -m loadtest.bench_gateway_memory
 
+# the page cache cold and warm: a 40-page PDF of 4 distinct pages, a 200-page re-run, a miss's cost
+bench-cache: install
+	$(PY) -m loadtest.bench_cache
+
 bench-accuracy: install
 	$(PY) -m loadtest.bench_accuracy
 
@@ -90,7 +94,12 @@ screenshots: install
 k8s-validate: install
 	$(PY) -m deploy.k8s.validate
 
-# Container images (README "Container images"): podman, runc and debootstrap are installed here
+# the docs as a site (mkdocs.yml, docs/) in build/site/; strict: a broken link, a missing
+# anchor or a page left out of the nav fails it (tests/test_docs.py runs the same build)
+docs: $(STAMP)
+	$(PY) -m mkdocs build --strict --site-dir build/site
+
+# Container images (docs/development.md "Container images"): podman, runc and debootstrap are installed here
 # only, so `make test` stays light. IMAGES_ARGS passes options, e.g. --image worker-cpu.
 container-deps:
 	@bash scripts/install_container_deps.sh

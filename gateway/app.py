@@ -12,13 +12,14 @@ from typing import Callable
 from flask import Flask, Response, g, request, stream_with_context
 
 from services.flask_common import create_service_app, outcome_of, read_ocr_fields
-from services.ocr_api.headers import NUM_PAGES
+from services.ocr_api.headers import CACHED_PAGES, NUM_PAGES
 from services.ocr_api.logs import current_log_id
 
 from . import metrics, outputs, web
 from .auth import access_policy
 from .config import GatewayConfig
 from .jobs import install_jobs
+from .jobs.api import client_identity
 from .service import GatewayService
 
 log = logging.getLogger("gateway.http")
@@ -56,7 +57,8 @@ def create_app(config: GatewayConfig | None = None, resolver=None, start: bool =
         outputs.prepare_fields(output, fields)
         plan = service.plan(fields, file_bytes)
         current_log_id.set(plan.request.log_id)
-        document = service.open(plan, reserved=ticket)
+        cache = service.cache_policy(client_identity(), request.headers.get("Cache-Control"))
+        document = service.open(plan, reserved=ticket, cache=cache)
         if output != outputs.NDJSON:
             pages = service.collect(plan, document, client_gone=client_gone())
             try:
@@ -66,6 +68,9 @@ def create_app(config: GatewayConfig | None = None, resolver=None, start: bool =
                 pages.close()
                 raise
             response.call_on_close(pages.close)
+            if service.cache is not None:  # pages answered from the page cache
+                hits = document.cache.hits if document.cache is not None else 0
+                response.headers[CACHED_PAGES] = str(hits)
             return response
         started, gone = g.started, client_gone()
 

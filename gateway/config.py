@@ -1,5 +1,5 @@
 """GatewayConfig: every setting of the gateway, read once from the environment and validated
-(the README's configuration table lists the same variables)."""
+(docs/configuration.md lists the same variables)."""
 
 from __future__ import annotations
 
@@ -56,6 +56,7 @@ class GatewayConfig:
     answer_memory_mb: int = 8  # finished pages of one answer held in memory, then on disk
     answer_disk_mb: int = 4096  # the most one answer may spool to disk (gateway/outputs/spool)
     jobs: "JobsConfig" = field(default_factory=lambda: JobsConfig())
+    cache: "CacheConfig" = field(default_factory=lambda: CacheConfig())
 
     # Access (see services/flask_common/access.py); secrets never in repr (logs).
     api_keys: tuple[str, ...] = field(default=(), repr=False)  # none: no authentication
@@ -102,6 +103,7 @@ class GatewayConfig:
                                             "GATEWAY_WORKER_TOKEN_FILE")),
             metrics_port=env.int("GATEWAY_METRICS_PORT", None, 1, 65535),
             jobs=JobsConfig.from_env(env=env),
+            cache=CacheConfig.from_env(env=env),
         )
         env.check_prefix(ENV_PREFIX, OTHER_GATEWAY_VARIABLES)  # a typo first: it explains more
         config.validate()
@@ -193,6 +195,37 @@ class JobsConfig:
         if self.callback_secret is not None and len(self.callback_secret) < 16:
             raise ConfigError("GATEWAY_JOBS_CALLBACK_SECRET: use at least 16 characters (for "
                               "example `openssl rand -hex 32`)")
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """The page cache (gateway/cache/, docs/cache.md): off unless enabled; in the jobs'
+    Redis (GATEWAY_REDIS_URL) when there is one, else one SQLite file on this machine."""
+
+    enabled: bool = False
+    backend: str = "auto"  # auto: redis when GATEWAY_REDIS_URL is set, else disk
+    path: str = "~/.local/state/ocrfleet/gateway-cache.sqlite3"
+    max_bytes: int = 1024 ** 3
+    ttl_s: float = 7 * 86400.0  # an entry unused this long is gone
+    inflight_s: float = 120.0  # a page in flight holds its claim at most this long
+    global_scope: bool = False  # True: one scope for every API key (docs/cache.md)
+    prefix: str = "ocrfleet:cache:"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, *,
+                 env: Env | None = None) -> "CacheConfig":
+        env = env or Env(environ)
+        d = cls()
+        return cls(
+            enabled=env.bool("GATEWAY_CACHE_ENABLED", d.enabled),
+            backend=env.choice("GATEWAY_CACHE_BACKEND", d.backend, ("auto", "disk", "redis")),
+            path=env.str("GATEWAY_CACHE_PATH", d.path),
+            max_bytes=env.int("GATEWAY_CACHE_MAX_BYTES", d.max_bytes, 1024 * 1024),
+            ttl_s=env.float("GATEWAY_CACHE_TTL_S", d.ttl_s, 1),
+            inflight_s=env.float("GATEWAY_CACHE_INFLIGHT_S", d.inflight_s, 1),
+            global_scope=env.bool("GATEWAY_CACHE_GLOBAL_SCOPE", d.global_scope),
+            prefix=env.str("GATEWAY_CACHE_PREFIX", d.prefix),
+        )
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ class Attempt:
     worker: str | None = None
     board: str | None = None
     timed_out: bool = False  # no answer within the time allowed (a 504 to the caller)
+    engine: str | None = None  # the engine identity the replica says it runs (page cache)
 
 
 def make_pool(maxsize: int) -> urllib3.PoolManager:
@@ -99,7 +100,8 @@ class ReplicaClient:
                        free=h.int_header(response.headers, h.FREE),
                        retry_after_s=h.int_header(response.headers, "Retry-After"),
                        worker=response.headers.get(h.WORKER),
-                       board=response.headers.get(h.BOARD))
+                       board=response.headers.get(h.BOARD),
+                       engine=response.headers.get(h.ENGINE))
 
 
 def _json_or_empty(data: bytes) -> dict[str, Any]:

@@ -92,3 +92,24 @@ QUEUE_WAIT_SECONDS = Histogram("ocr_gateway_queue_wait_seconds",
 DEADLINE_SECONDS = Gauge("ocr_gateway_deadline_seconds",
                          "The time a document had to go when it was admitted (the last one)",
                          multiprocess_mode="livemax")
+# The page cache (gateway/cache/, docs/cache.md)
+CACHE_LOOKUPS = Counter("ocr_gateway_cache_lookups_total",
+                        "Chunks looked up in the page cache, by result: hit, miss (sent and "
+                        "stored), dedup_wait (the page was in flight elsewhere), dedup_hit "
+                        "(answered once that finished), bypass (not read: Cache-Control, no "
+                        "engine identity known yet, a mixed fleet, or the cache off for it)",
+                        ["result"])
+CACHE_PAGES = Counter("ocr_gateway_cache_pages_total", "Pages answered from the page cache")
+CACHE_TAKEOVERS = Counter("ocr_gateway_cache_takeovers_total",
+                          "Waiting chunks sent after all: the first attempt let go without an "
+                          "answer (released) or the wait reached its limit (deadline)",
+                          ["reason"])
+CACHE_STORED_BYTES = Counter("ocr_gateway_cache_stored_bytes_total",
+                             "Bytes written to the page cache (compressed answers)")
+CACHE_BYTES = Gauge("ocr_gateway_cache_bytes", "Bytes the page cache's store holds (last read)",
+                    multiprocess_mode="livemax")
+CACHE_ERRORS = Counter("ocr_gateway_cache_errors_total",
+                       "Page cache store calls that failed (read through)", ["call"])
+CACHE_WAIT_SECONDS = Histogram("ocr_gateway_cache_wait_seconds",
+                               "How long a chunk waited for the same page in flight elsewhere",
+                               buckets=LATENCY_BUCKETS)

@@ -28,7 +28,7 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Protocol
+from typing import Any, Callable, Iterator, Protocol
 
 from services.ocr_api.errors import ApiError
 
@@ -78,6 +78,8 @@ class Task:
     attempts: int = 0
     tried: set[str] = field(default_factory=set)
     not_before: float = 0.0
+    sent: bool = False  # counted in the retry budget's sends
+    cache: Any = None  # its gateway.cache Entry, once looked up
 
 
 class Document:
@@ -87,8 +89,10 @@ class Document:
     _ids = itertools.count(1)
 
     def __init__(self, groups: list[tuple[int, ...]], source: Source, ticket: Ticket | None = None,
-                 *, log_id: str, deadline: float, kind: str, priority: str = INTERACTIVE):
+                 *, log_id: str, deadline: float, kind: str, priority: str = INTERACTIVE,
+                 cache: Any = None):
         self.id = next(self._ids)
+        self.cache = cache  # gateway.cache.DocumentCache, or None: every chunk is sent
         self.groups = groups
         self.num_chunks = len(groups)
         self.ticket = ticket
@@ -300,6 +304,7 @@ class Scheduler:
             if doc.finished:
                 return
             doc.stopped = doc.finished = True
+            _let_go(doc.pending)
             doc.pending.clear()
             self.fair.remove(doc)
             self._tell_demand()
@@ -308,6 +313,7 @@ class Scheduler:
     def stop_sending(self, doc: Document) -> None:
         with self._cond:
             doc.stopped = True
+            _let_go(doc.pending)
             doc.pending.clear()
             self._tell_demand()
 
@@ -391,6 +397,11 @@ class Scheduler:
         return doc, task
 
     def _dispatch(self, doc: Document, task: Task) -> None:
+        if doc.cache is not None and task.cache is None:
+            if self._cut(doc, task, None) and self._from_cache(doc, task):
+                return  # answered from the cache, now or once the same page in flight is
+            if task.chunk is None:
+                return  # it could not be cut: its pages failed
         try:
             replica = self.replicas.acquire(task.tried)
         except NoReplicas:
@@ -399,19 +410,59 @@ class Scheduler:
             self._requeue(doc, task, delay=0.05)
             return
         try:
-            if task.chunk is None:
-                try:
-                    task.chunk = doc.cut(task.position)
-                except ApiError as exc:  # a damaged page, or the document was cancelled
-                    self.replicas.give_back(replica)
-                    self._settle_pages(doc, task, assemble.failed_pages(
-                        doc.groups[task.position], exc.status, exc.message, doc.kind))
-                    return
+            if task.chunk is None and not self._cut(doc, task, replica):
+                return
+            if not task.sent:
+                task.sent = True
                 self.budget.record_send()
             self.executor.submit(self._send, doc, task, replica)
         except Exception:
             self.replicas.give_back(replica)  # the fault itself is the caller's to book
             raise
+
+    def _cut(self, doc: Document, task: Task, replica: Replica | None) -> bool:
+        """Cut the task's chunk; False when it cannot be (its pages have failed)."""
+        try:
+            task.chunk = doc.cut(task.position)
+            return True
+        except ApiError as exc:  # a damaged page, or the document was cancelled
+            if replica is not None:
+                self.replicas.give_back(replica)
+            self._settle_pages(doc, task, assemble.failed_pages(
+                doc.groups[task.position], exc.status, exc.message, doc.kind))
+            return False
+
+    def _from_cache(self, doc: Document, task: Task) -> bool:
+        """Look the chunk up (gateway.cache): True when it is answered from the cache, or
+        waits for the same page in flight elsewhere (the waiters' thread then settles it, or
+        puts it back to be sent); False: send it."""
+        entry = task.cache = doc.cache.lookup(task.chunk.data, task.chunk.kind)
+        if entry.result is not None:
+            self._settle_cached(doc, task)
+            return True
+        if entry.waiting:
+            entry.wait(doc.deadline, lambda: self._waited(doc, task))
+            return True
+        return False
+
+    def _waited(self, doc: Document, task: Task) -> None:
+        """The waiters' thread: the page in flight elsewhere is done (or given up on)."""
+        if task.cache.result is not None:
+            self._settle_cached(doc, task)
+        else:
+            self._requeue(doc, task, delay=0.0)  # sent after all
+
+    def _settle_cached(self, doc: Document, task: Task) -> None:
+        try:
+            pages = assemble.pages_from_reply({"result": task.cache.result},
+                                              task.chunk.page_indices, doc.kind)
+        except assemble.MalformedReply:  # not what was stored: read it again
+            task.cache.result = None
+            self._requeue(doc, task, delay=0.0)
+            return
+        doc.cache.hits += len(pages)
+        metrics.CACHE_PAGES.inc(len(pages))
+        self._settle_pages(doc, task, pages)
 
     def _send(self, doc: Document, task: Task, replica: Replica) -> None:
         """Executor thread: one attempt, then book its answer."""
@@ -441,6 +492,9 @@ class Scheduler:
                                                   doc.kind)
             except assemble.MalformedReply as exc:
                 pages = assemble.failed_pages(task.chunk.page_indices, 502, str(exc), doc.kind)
+            else:
+                if task.cache is not None:
+                    task.cache.finish(attempt.payload["result"], attempt.engine, url)
             self._settle_pages(doc, task, pages)
         elif outcome is Outcome.REJECTED:
             self._settle_pages(doc, task, assemble.failed_pages(
@@ -484,7 +538,9 @@ class Scheduler:
     def _requeue(self, doc: Document, task: Task, delay: float) -> None:
         with self._cond:
             doc.inflight -= 1
-            if not doc.finished:
+            if doc.finished:
+                _let_go([task])
+            else:
                 task.not_before = time.monotonic() + delay
                 was_queued = doc.has_queued()
                 doc.put_back(task)
@@ -493,12 +549,21 @@ class Scheduler:
             self._cond.notify_all()
 
     def _settle_pages(self, doc: Document, task: Task, pages: list[PageOutcome]) -> None:
+        _let_go([task])
         with self._cond:
             doc.answers.put((task.position, pages))  # before inflight drops: see in_order
             doc.inflight -= 1
             if not doc.has_queued():
                 self._tell_demand()
             self._cond.notify_all()
+
+
+def _let_go(tasks) -> None:
+    """Chunks that will not be sent (again) by this document: whatever page they hold in
+    flight in the cache is let go, so a document waiting for it takes it over."""
+    for task in tasks:
+        if task.cache is not None:
+            task.cache.release()
 
 
 def _until(when: float | None, now: float, cap: float) -> float:

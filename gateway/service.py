@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Iterator, Mapping
 
 from services.ocr_api import envelope
+from services.ocr_api import headers as h
 from services.ocr_api.errors import ApiError
 from services.ocr_api.sniff import KIND_PDF
 from services.ocr_api.url_input import make_url_fetcher
@@ -25,6 +26,7 @@ from .admission import FrontDoor, Ticket
 from .auth import worker_auth_headers
 from .assemble import PageOutcome
 from .budget import RetryBudget
+from .cache import Policy, build_cache
 from .config import GatewayConfig
 from .dispatch import DispatchSettings, ReplicaClient, make_pool, probe_ready
 from .scheduler import INTERACTIVE, Document, Scheduler, SchedulerSettings
@@ -59,8 +61,9 @@ class GatewayService:
         self.pool = make_pool(maxsize=config.max_inflight)
         auth = worker_auth_headers(config)
         self.fleet = FleetView(default_target=config.replica_target)
+        self.cache = build_cache(config)  # None: the page cache is off
         self.replicas = build_replica_set(
-            config, lambda url, headers: probe_ready(self.pool, url, {**auth, **headers}),
+            config, lambda url, headers: self._probe(url, {**auth, **headers}),
             self.fleet, resolver)
         self.executor = ThreadPoolExecutor(config.max_inflight, thread_name_prefix="send")
         self.front = FrontDoor(config.queue_pages, config.queue_bytes)
@@ -80,6 +83,17 @@ class GatewayService:
                                                     config.output_processes))
         self.plan_limits = PlanLimits(config.max_bytes, config.max_pages,
                                       config.pages_per_chunk, config.request_timeout_s)
+
+    def _probe(self, url: str, headers: Mapping[str, str]):
+        """GET /readyz of one replica; the engine it says it runs goes to the page cache."""
+        ready, answer = probe_ready(self.pool, url, headers)
+        if self.cache is not None and ready:
+            self.cache.engines.observe(url, answer.get(h.ENGINE))
+        return ready, answer
+
+    def cache_policy(self, client: str | None, cache_control: str | None) -> Policy | None:
+        """How a request uses the page cache (None: it is off)."""
+        return None if self.cache is None else self.cache.policy(client, cache_control)
 
     def start(self) -> None:
         self.scheduler.start()
@@ -137,7 +151,7 @@ class GatewayService:
         return plan_document(fields, file_bytes, self.plan_limits, self.fetch_url)
 
     def open(self, plan: Plan, priority: str = INTERACTIVE,
-             reserved: Ticket | None = None) -> Document:
+             reserved: Ticket | None = None, cache: Policy | None = None) -> Document:
         """Admit the document into the queue (429 when it does not fit, 503 when no replica
         is ready) and start sending its pages as replicas have room. The admission ticket
         (`reserved` while the body was read) goes with the document: its pages come back
@@ -157,20 +171,24 @@ class GatewayService:
         except BaseException:
             ticket.release()
             raise
+        request = plan.request
+        document_cache = None if self.cache is None else self.cache.document(
+            cache, request.api_params, request.visualize, not plan.split, request.page_range,
+            plan.kind)
         return self.scheduler.submit(Document(plan.groups, source, ticket,
                                               log_id=plan.request.log_id,
                                               deadline=plan.deadline, kind=plan.kind,
-                                              priority=priority))
+                                              priority=priority, cache=document_cache))
 
     def pages_in_order(self, plan: Plan, keep_sending: Callable[[], bool] = lambda: True, *,
                        priority: str = INTERACTIVE, document: Document | None = None,
-                       client_gone: Callable[[], bool] = lambda: False
-                       ) -> Iterator[PageOutcome]:
+                       client_gone: Callable[[], bool] = lambda: False,
+                       cache: Policy | None = None) -> Iterator[PageOutcome]:
         """Every page's outcome in page order, each as soon as it and all before it are done.
         Once `keep_sending()` turns False no new chunk goes out (those in flight still come
         back). Closing the iterator, or the client going away, takes the document's queued
         pages out of the queue."""
-        doc = document or self.open(plan, priority)
+        doc = document or self.open(plan, priority, cache=cache)
         try:
             for pages in doc.in_order(client_gone):
                 doc.ticket.pages_done(len(pages))
@@ -246,6 +264,8 @@ class GatewayService:
                                                        plan.request.page_range is not None))
 
     def shutdown(self) -> None:
+        if self.cache is not None:
+            self.cache.close()
         self.pdf_builder.close()
         self.replicas.stop()
         self.scheduler.stop()

@@ -26,6 +26,7 @@ from loadtest import accuracy_corpus, report
 from loadtest.accuracy_metrics import Score, changed_lines, score_page
 
 CER_TOLERANCE = 0.002
+FILE = "accuracy.json"
 
 
 @dataclass
@@ -129,7 +130,7 @@ def summarise(pages, runs: list[Setting]) -> dict[str, Any]:
         "cer_tolerance": CER_TOLERANCE,
         "chosen": best.label,
         "texts": {s.label: s.texts for s in runs},
-        **report.stamp(),
+        **report.stamp([s.engine.info for s in runs]),
     }
 
 
@@ -155,21 +156,21 @@ def rows(result: dict[str, Any]) -> list[list[Any]]:
     return made
 
 
-def main() -> int:
+def measure() -> dict[str, Any]:
     print("rendering the accuracy corpus", file=sys.stderr, flush=True)
     pages = accuracy_corpus.corpus()
     runs = settings()
     print(f"{len(pages)} pages x {len(runs)} settings", file=sys.stderr, flush=True)
-    result = run(pages, runs)
-    path = report.write_json("accuracy.json", result)
+    return run(pages, runs)
+
+
+def table(result: dict[str, Any]) -> str:
     kinds = " / ".join(sorted(result["by_kind"]))
-    print(report.table(["setting", f"CER (all, {kinds})", "word F1", "lines changed",
-                        "CPU/page", "verdict"], rows(result)))
-    print(f"default rule: fastest within CER +{CER_TOLERANCE} of the reference -> "
-          f"{result['chosen']}")
-    print(f"wrote {path}")
-    return 0
+    return report.table(["setting", f"CER (all, {kinds})", "word F1", "lines changed",
+                         "CPU/page", "verdict"], rows(result)) + \
+        (f"\ndefault rule: fastest within CER +{CER_TOLERANCE} of the reference -> "
+         f"{result['chosen']}")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(report.main(sys.modules[__name__]))

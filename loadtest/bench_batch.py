@@ -1,5 +1,5 @@
 """The `ocrfleet batch` client on a folder of documents through a gateway in front of 2
-real-engine workers (PP-OCRv6 tiny, onnxruntime, 1 thread each), compared with what those
+real-engine workers (their default engine, 1 thread each), compared with what those
 workers can do: their capacity, measured on the same pages sent one page per request straight
 to the workers (2 in flight each; each worker's first-to-last completion rate, summed, as
 bench_engine does), before and after the batch (the mean is the reference). Goal: the batch
@@ -17,27 +17,21 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
 from gateway.split import PdfCutter
 from loadtest import documents, figures, local_fleet, procstats, report
-from loadtest.bench_engine import per_worker_rate
 from loadtest.checks import page_texts
-from loadtest.loadgen import run_closed_loop
+from loadtest.loadgen import per_worker_rate, run_closed_loop
 from loadtest.payloads import make_payload
 from scripts.fleet import REPO_ROOT
 
+FILE = "batch_client.json"
 GOAL = 0.95
-
-
-def quick() -> bool:
-    return os.environ.get("BENCH_QUICK", "") not in ("", "0")
 
 
 def make_folder(folder: Path, pages: int, doc_pages: int) -> tuple[list[bytes], list[int]]:
@@ -50,14 +44,6 @@ def make_folder(folder: Path, pages: int, doc_pages: int) -> tuple[list[bytes], 
         docs.append(data)
         counts.append(size)
     return docs, counts
-
-
-def own_cpu(processes: list) -> float:
-    """CPU seconds of our fleet's processes, this process and its finished children."""
-    pids = [pid for p in processes for pid in procstats.group_pids(p.pid)]
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return (procstats.cpu_seconds(pids) + children.ru_utime + children.ru_stime
-            + time.process_time())
 
 
 def single_pages(docs: list[bytes], counts: list[int], most: int = 10) -> list[bytes]:
@@ -77,7 +63,7 @@ def capacity(workers: list, pages: list[bytes], per_worker: int) -> dict[str, An
     worker_urls = [local_fleet.url_of(w) for w in workers]
     payloads = [make_payload(f"page-{i}", page, "pdf", 1) for i, page in enumerate(pages)]
     run_closed_loop(worker_urls, payloads, len(worker_urls), total_requests=len(worker_urls))
-    with procstats.ForeignLoad(lambda: own_cpu(workers)) as foreign:
+    with procstats.ForeignLoad(workers) as foreign:
         load = run_closed_loop(worker_urls, payloads, 2 * len(worker_urls),
                                total_requests=per_worker * len(worker_urls), timeout=300)
     return {"pages_per_s": per_worker_rate(load), "pages": load.ok_count,
@@ -104,24 +90,22 @@ def batch(fleet: list, source: Path, target: Path, concurrency: int) -> dict[str
                "--url", local_fleet.url_of(gateway), "--format", "json",
                "--concurrency", str(concurrency), "--no-progress"]
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    gateway_cpu = lambda: procstats.cpu_seconds(procstats.group_pids(gateway.pid))  # noqa
-    client_cpu = lambda: sum(resource.getrusage(resource.RUSAGE_CHILDREN)[:2])  # noqa
-    gateway_before, client_before = gateway_cpu(), client_cpu()
-    with procstats.ForeignLoad(lambda: own_cpu(fleet)) as foreign:
+    client_before = procstats.self_cpu()
+    with procstats.ForeignLoad([gateway]) as gateway_cpu, procstats.ForeignLoad(fleet) as foreign:
         out = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
                              timeout=1800)
+    client_cpu = procstats.self_cpu() - client_before
     print("  " + out.stdout.strip().replace("\n", "\n  "), file=sys.stderr, flush=True)
     result = json.loads((target / "ocrfleet-report.json").read_text())
     return {**result, "exit_code": out.returncode, "other_load_cores": round(foreign.cores, 2),
-            "gateway_cpu_s": round(gateway_cpu() - gateway_before, 2),
-            "client_cpu_s": round(client_cpu() - client_before, 2)}
+            "gateway_cpu_s": round(gateway_cpu.cpu_s, 2), "client_cpu_s": round(client_cpu, 2)}
 
 
 def run(pages: int, doc_pages: int, concurrency: int, log_dir: Path,
         env: dict[str, str] | None = None, per_worker: int | None = None) -> dict[str, Any]:
     """The benchmark; `env` (default: the real engine, 1 thread) lets a smoke test use sim
     workers."""
-    per_worker = per_worker or (6 if quick() else 10)
+    per_worker = per_worker or (6 if report.quick() else 10)
     env = env or local_fleet.real_worker_env(1)
     with tempfile.TemporaryDirectory(prefix="bench-batch-") as tmp:
         source, target = Path(tmp) / "in", Path(tmp) / "out"
@@ -130,6 +114,7 @@ def run(pages: int, doc_pages: int, concurrency: int, log_dir: Path,
         probe = single_pages(docs, counts)
         with local_fleet.workers(2, env, log_dir, name="batch") as pool:
             urls = [local_fleet.url_of(w) for w in pool]
+            engines = report.engine_info(urls)
             with local_fleet.gateway(urls, log_dir, {"GATEWAY_PROCESSES": "1"}) as gateway:
                 before = capacity(pool, probe, per_worker)
                 print(f"  capacity before: {before['pages_per_s']:.3f} pages/s",
@@ -142,8 +127,7 @@ def run(pages: int, doc_pages: int, concurrency: int, log_dir: Path,
     reference = (before["pages_per_s"] + after["pages_per_s"]) / 2
     rate = result["pages_per_s"] or 0.0
     return {
-        "engine": ("sim" if env.get("OCR_ENGINE") == "sim" else
-                   "paddleocr PP-OCRv6 tiny, onnxruntime, CPU") + ", 2 workers x 1 thread",
+        "engine": report.engine_label(engines) + ", 2 workers",
         "documents": f"{len(docs)} born-digital Letter PDFs of {doc_pages} pages",
         "pages": pages, "concurrency": concurrency, "format": "json",
         "batch": result, "capacity_before": before, "capacity_after": after,
@@ -151,38 +135,25 @@ def run(pages: int, doc_pages: int, concurrency: int, log_dir: Path,
         "ratio": rate / reference if reference else 0.0, "goal": GOAL,
         "wrong_outputs": wrong,
         "failures": result["failed"] + wrong + before["failures"] + after["failures"],
-        **report.stamp(),
+        **report.stamp(engines),
     }
 
 
 def rows(result: dict[str, Any]) -> list[list[Any]]:
     ratio = result["ratio"]
-    noise = max(result["capacity_before"]["other_load_cores"],
-                result["capacity_after"]["other_load_cores"], result["batch"]["other_load_cores"])
     return [[f"ocrfleet batch: {result['pages']} pages, 2 real workers",
              f"{result['batch_pages_per_s']:.3f} vs capacity "
              f"{result['capacity_pages_per_s']:.3f} pages/s = {ratio:.3f}"
              + f" (gateway {result['batch']['gateway_cpu_s']:.0f} + client "
              f"{result['batch']['client_cpu_s']:.0f} CPU-s)"
-             + (f" [other load {noise:.1f} cores]" if noise >= 0.1 else ""),
+             + report.noise(result["capacity_before"], result["capacity_after"], result["batch"]),
              f">= {GOAL}", figures.verdict(ratio >= GOAL)]]
 
 
-def settings() -> tuple[int, int, int]:
-    pages = int(os.environ.get("BENCH_BATCH_PAGES") or (60 if quick() else 200))
-    doc_pages = int(os.environ.get("BENCH_BATCH_DOC_PAGES") or 10)
-    concurrency = int(os.environ.get("BENCH_BATCH_CONCURRENCY") or 4)
-    return pages, doc_pages, concurrency
-
-
-def main() -> int:
-    pages, doc_pages, concurrency = settings()
-    result = run(pages, doc_pages, concurrency, report.results_dir() / "logs" / "batch")
-    path = report.write_json("batch_client.json", result)
-    print(report.table(["benchmark", "measured", "goal", "verdict"], rows(result)))
-    print(f"wrote {path}")
-    return 0
+def measure() -> dict[str, Any]:
+    return run(report.knob("BENCH_BATCH_PAGES", 200, 60), report.knob("BENCH_BATCH_DOC_PAGES", 10),
+               report.knob("BENCH_BATCH_CONCURRENCY", 4), report.log_dir("batch-client"))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(report.main(sys.modules[__name__]))

@@ -7,7 +7,6 @@ Knob: BENCH_BATCH_REQUESTS (300 per setting)."""
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -17,6 +16,8 @@ from loadtest import figures, local_fleet, report
 from loadtest.loadgen import run_closed_loop
 from loadtest.payloads import small_image_payloads
 
+FILE = "batching.json"
+
 SETTINGS = {"batch 1": {"OCR_MAX_BATCH": "1", "OCR_BATCH_WAIT_MS": "0"},
             "batch 4, wait 5 ms": {"OCR_MAX_BATCH": "4", "OCR_BATCH_WAIT_MS": "5"}}
 
@@ -24,12 +25,13 @@ SETTINGS = {"batch 1": {"OCR_MAX_BATCH": "1", "OCR_BATCH_WAIT_MS": "0"},
 def run(requests_total: int, log_dir: Path, clients: int = 4,
         base_env: dict[str, str] | None = None) -> dict[str, Any]:
     payloads = small_image_payloads(16, seed=500)
-    results = {}
+    results, engines = {}, []
     for name, extra in SETTINGS.items():
         env = {**(base_env or local_fleet.real_worker_env(1)), **extra}
         with local_fleet.workers(1, env, log_dir, name=name.split(",")[0].replace(" ", "")) \
                 as (worker,):
             url = local_fleet.url_of(worker)
+            engines += report.engine_info([url])
             run_closed_loop(url, payloads, clients, total_requests=2 * clients)  # warm-up
             load = run_closed_loop(url, payloads, clients, total_requests=requests_total)
         times = [c.finished for c in load.completions if c.ok]
@@ -39,9 +41,9 @@ def run(requests_total: int, log_dir: Path, clients: int = 4,
                          "pages_per_s": figures.rate_from_completions(times),
                          "latency_p50_s": statistics.median(latencies)}
     first, second = results.values()
-    return {"engine": (base_env or {}).get("OCR_ENGINE", "paddleocr"), "clients": clients,
+    return {"engine": report.engine_label(engines), "clients": clients,
             "document": "small text images", "settings": results,
-            "speedup": second["pages_per_s"] / first["pages_per_s"], **report.stamp()}
+            "speedup": second["pages_per_s"] / first["pages_per_s"], **report.stamp(engines)}
 
 
 def rows(result: dict[str, Any]) -> list[list[Any]]:
@@ -53,14 +55,13 @@ def rows(result: dict[str, Any]) -> list[list[Any]]:
              f"{one['latency_p50_s'] * 1000:.0f} ms)", "(informative)", "-"]]
 
 
-def main() -> int:
-    total = int(os.environ.get("BENCH_BATCH_REQUESTS") or 300)
-    result = run(total, report.results_dir() / "logs" / "batching")
-    path = report.write_json("batching.json", result)
-    print(report.table(["benchmark", "measured", "goal", "verdict"], rows(result)))
-    print(f"wrote {path}")
-    return 0
+def measure() -> dict[str, Any]:
+    return run(report.knob("BENCH_BATCH_REQUESTS", 300, 100), report.log_dir("batching"))
+
+
+def wrong_answers(result: dict[str, Any]) -> int:
+    return sum(s["failures"] for s in result["settings"].values())
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(report.main(sys.modules[__name__]))

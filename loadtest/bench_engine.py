@@ -1,5 +1,5 @@
-"""Real-engine benchmarks on this machine (PP-OCRv6 tiny, onnxruntime, CPU), dense A4 pages at
-150 DPI sent as PNG straight to the workers' HTTP API:
+"""Real-engine benchmarks on this machine (the workers' default engine, as they report it),
+dense A4 pages at 150 DPI sent as PNG straight to the workers' HTTP API:
 
 - engine scaling: pages/s of 1 worker x 1 thread vs 2 workers x 1 thread (goal >= 1.8x on
   2 cores);
@@ -22,27 +22,18 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import subprocess
 import sys
-import time
-from collections import defaultdict
 from pathlib import Path
 from typing import Any, Callable
 
-from loadtest import figures, local_fleet, procstats, report
-from loadtest.loadgen import LoadResult, run_closed_loop
+from loadtest import figures, local_fleet, report
+from loadtest.loadgen import per_worker_rate, run_closed_loop
 from loadtest.payloads import dense_page_payloads
+from loadtest.procstats import ForeignLoad
 from scripts.fleet import REPO_ROOT
 
-
-def per_worker_rate(load: LoadResult) -> float:
-    """Sum over workers of each worker's first-to-last completion rate."""
-    times: dict[str, list[float]] = defaultdict(list)
-    for completion in load.completions:
-        if completion.ok:
-            times[completion.replica].append(completion.finished)
-    return sum(figures.rate_from_completions(t) for t in times.values())
+FILE = "engine.json"
 
 
 def http_rate(workers: list, pages_per_worker: int, in_flight: int = 2) -> dict[str, Any]:
@@ -50,12 +41,7 @@ def http_rate(workers: list, pages_per_worker: int, in_flight: int = 2) -> dict[
     urls = [local_fleet.url_of(w) for w in workers]
     payloads = dense_page_payloads(2)
     warm = run_closed_loop(urls, payloads, len(urls), total_requests=len(urls), timeout=300)
-
-    def own_cpu() -> float:
-        pids = [pid for w in workers for pid in procstats.group_pids(w.pid)]
-        return procstats.cpu_seconds(pids) + time.process_time()
-
-    with procstats.ForeignLoad(own_cpu) as foreign:
+    with ForeignLoad(workers) as foreign:
         load = run_closed_loop(urls, payloads, in_flight * len(urls),
                                total_requests=pages_per_worker * len(urls), timeout=300)
     return {"workers": len(urls), "pages": load.ok_count, "pages_per_s": per_worker_rate(load),
@@ -64,19 +50,24 @@ def http_rate(workers: list, pages_per_worker: int, in_flight: int = 2) -> dict[
             "other_load_cores": round(foreign.cores, 2)}
 
 
-def _children_cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime + time.process_time()
-
-
-def inprocess_rate(pages: int, threads: int = 1) -> dict[str, Any]:
+def inprocess(pages: int, threads: int = 1, engines: int = 1) -> dict[str, Any]:
+    """`engines` in-process engines at once (loadtest/inprocess_engine.py, each in a fresh
+    process), summed; two at once, one per core, are what this machine gives two engines with
+    no serving at all (the reference for the 2-worker figure)."""
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    with procstats.ForeignLoad(_children_cpu) as foreign:
-        out = subprocess.run([sys.executable, "-m", "loadtest.inprocess_engine", "--threads",
-                              str(threads), "--pages", str(pages)], cwd=REPO_ROOT, env=env,
-                             capture_output=True, text=True, timeout=900, check=True)
+    command = [sys.executable, "-m", "loadtest.inprocess_engine", "--threads", str(threads),
+               "--pages", str(pages)]
+    with ForeignLoad() as foreign:
+        processes = [subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL, text=True)
+                     for _ in range(engines)]
+        outputs = [process.communicate(timeout=900)[0] for process in processes]
+    if any(process.returncode for process in processes):
+        raise RuntimeError(f"{command} failed")
     # (model loading is inside the window: the figure shows other processes' load, roughly)
-    return {**json.loads(out.stdout.strip().splitlines()[-1]),
+    runs = [json.loads(out.strip().splitlines()[-1]) for out in outputs]
+    return {**(runs[0] if engines == 1 else {"runs": runs}),
+            "pages_per_s": sum(r["pages_per_s"] for r in runs),
             "other_load_cores": round(foreign.cores, 2)}
 
 
@@ -96,21 +87,6 @@ def least_disturbed(measure: Callable[[], dict[str, Any]], tries: int) -> dict[s
     return {**best, "tries": len(runs)}
 
 
-def inprocess_pair(pages: int, threads: int = 1) -> dict[str, Any]:
-    """Two in-process engines at once, one per core: what this machine gives two engines with
-    no serving at all (the reference for the 2-worker figure)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    command = [sys.executable, "-m", "loadtest.inprocess_engine", "--threads", str(threads),
-               "--pages", str(pages)]
-    with procstats.ForeignLoad(_children_cpu) as foreign:
-        processes = [subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.DEVNULL, text=True) for _ in range(2)]
-        outputs = [process.communicate(timeout=900)[0] for process in processes]
-    runs = [json.loads(out.strip().splitlines()[-1]) for out in outputs]
-    return {"pages_per_s": sum(r["pages_per_s"] for r in runs), "runs": runs,
-            "other_load_cores": round(foreign.cores, 2)}
-
-
 def _say(label: str, result: dict[str, Any]) -> None:
     print(f"  {label}: {result['pages_per_s']:.3f} pages/s", file=sys.stderr, flush=True)
 
@@ -128,8 +104,9 @@ def run(pages_per_worker: int, log_dir: Path, tries: int = 2, rounds: int = 2
     Finally two in-process engines run at once, for reference."""
     inproc, rows = [], []
     with local_fleet.workers(2, local_fleet.real_worker_env(1), log_dir, name="real") as pool:
+        engines = report.engine_info([local_fleet.url_of(w) for w in pool])
         for number in range(1, rounds + 1):
-            inproc.append(least_disturbed(lambda: inprocess_rate(pages_per_worker), tries))
+            inproc.append(least_disturbed(lambda: inprocess(pages_per_worker), tries))
             _say(f"round {number}: in-process engine", inproc[-1])
             one = least_disturbed(lambda: http_rate(pool[:1], pages_per_worker), tries)
             _say(f"round {number}: 1 worker over HTTP", one)
@@ -137,15 +114,15 @@ def run(pages_per_worker: int, log_dir: Path, tries: int = 2, rounds: int = 2
             _say(f"round {number}: 2 workers over HTTP", two)
             rows.append({"one": one, "two": two, "ratio": two["pages_per_s"] /
                          one["pages_per_s"]})
-        inproc.append(least_disturbed(lambda: inprocess_rate(pages_per_worker), tries))
+        inproc.append(least_disturbed(lambda: inprocess(pages_per_worker), tries))
         _say("in-process engine", inproc[-1])
-    pair = least_disturbed(lambda: inprocess_pair(pages_per_worker), tries)
+    pair = least_disturbed(lambda: inprocess(pages_per_worker, engines=2), tries)
     _say("two in-process engines at once", pair)
     one_pps = _mean([r["one"]["pages_per_s"] for r in rows])
     two_pps = _mean([r["two"]["pages_per_s"] for r in rows])
     inproc_pps = _mean([r["pages_per_s"] for r in inproc])
     return {
-        "engine": "paddleocr PP-OCRv6 tiny, onnxruntime, CPU",
+        "engine": report.engine_label(engines),
         "document": "dense A4 page, 150 DPI, PNG, visualize false",
         "threads_per_worker": 1,
         "pages_per_worker": pages_per_worker,
@@ -161,13 +138,8 @@ def run(pages_per_worker: int, log_dir: Path, tries: int = 2, rounds: int = 2
         "machine_scaling_2_vs_1": pair["pages_per_s"] / inproc_pps,
         "serving_ratio": one_pps / inproc_pps,
         "serving_goal": figures.SERVING_OVERHEAD_GOAL,
-        **report.stamp(),
+        **report.stamp(engines),
     }
-
-
-def _noise(*runs: dict[str, Any]) -> str:
-    worst = max(run.get("other_load_cores", 0.0) for run in runs)
-    return f" [other load {worst:.1f} cores]" if worst >= 0.1 else ""
 
 
 def rows(result: dict[str, Any]) -> list[list[Any]]:
@@ -179,25 +151,23 @@ def rows(result: dict[str, Any]) -> list[list[Any]]:
         ["real engine: 2 workers vs 1 (x1 thread), dense A4",
          f"{two['pages_per_s']:.3f} vs {one['pages_per_s']:.3f} pages/s = {scaling:.2f}x "
          f"(rounds {per_round}; 2 engines in-process {result['machine_scaling_2_vs_1']:.2f}x)"
-         + _noise(*runs),
+         + report.noise(*runs),
          f">= {result['scaling_goal']}x", figures.verdict(scaling >= result["scaling_goal"])],
         ["serving overhead: HTTP / in-process, 1 thread",
          f"{one['pages_per_s']:.3f} / {inproc['pages_per_s']:.3f} pages/s = {serving:.3f}"
-         + _noise(*runs, *inproc["runs"]),
+         + report.noise(*runs, *inproc["runs"]),
          f">= {result['serving_goal']}", figures.verdict(serving >= result["serving_goal"])],
     ]
 
 
-def main() -> int:
-    pages = int(os.environ.get("BENCH_DENSE_PAGES") or 8)
-    tries = int(os.environ.get("BENCH_QUIET_TRIES") or 2)
-    rounds = int(os.environ.get("BENCH_ENGINE_ROUNDS") or 2)
-    result = run(pages, report.results_dir() / "logs" / "engine", tries, rounds)
-    path = report.write_json("engine.json", result)
-    print(report.table(["benchmark", "measured", "goal", "verdict"], rows(result)))
-    print(f"wrote {path}")
-    return 0
+def measure() -> dict[str, Any]:
+    return run(report.knob("BENCH_DENSE_PAGES", 8, 4), report.log_dir("engine"),
+               report.knob("BENCH_QUIET_TRIES", 2, 1), report.knob("BENCH_ENGINE_ROUNDS", 2, 1))
+
+
+def wrong_answers(result: dict[str, Any]) -> int:
+    return result["http_1_worker"]["failures"] + result["http_2_workers"]["failures"]
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(report.main(sys.modules[__name__]))

@@ -5,7 +5,7 @@ capacity at BENCH_FLEET_CAPACITY pages/s (32 by default, so the machine's own CP
 limit: N x 1000 / page_ms), reached through one nginx (`nginx`, the one-URL mode: as a k8s
 ClusterIP Service), the workers' URL list (`list`), or a DNS name whose addresses are the
 workers on 127.0.0.x (`dns`, as a k8s headless Service; the gateway resolves it with its own
-/etc/hosts: loadtest/hosts_file.py). G gateways (2 gunicorn processes each) share them. The
+/etc/hosts: local_fleet.HostsFile). G gateways (2 gunicorn processes each) share them. The
 load: 8 blank PDFs of 120 pages sent at once, split evenly over the gateways, plus one small
 image every 0.25 s per gateway.
 
@@ -25,25 +25,27 @@ BENCH_FLEET_CAPACITY (32), BENCH_FLEET_DOCS (8), BENCH_FLEET_PAGES (120), BENCH_
 
 from __future__ import annotations
 
-import contextlib
 import os
 import statistics
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+
+import requests
 
 from deploy.nginx import render as nginx
-from loadtest import local_fleet, procstats, report
-from loadtest.bench_overload import images_every, p95, send
-from loadtest.hosts_file import HostsFile
-from loadtest.loadgen import run_closed_loop
+from loadtest import doc_tables, local_fleet, report
+from loadtest.loadgen import images_every, p95, run_closed_loop, send
+from loadtest.local_fleet import Fleet
 from loadtest.payloads import labelled_pdf_payload, small_image_payloads
-from scripts.fleet import ManagedProcess, free_port, gateway_process, stop_all, worker_process
+from loadtest.procstats import ForeignLoad
 
+FILE, PLOT = "fleet.json", "fleet.png"
+NO_JOBS = {"GATEWAY_JOBS_ENABLED": "false"}
 DEFAULT_SHAPES = ("nginx:16:2,nginx:64:1,nginx:64:2,nginx:64:4,nginx:128:2,"
                   "list:16:2,list:64:2,list:128:4,dns:64:2")
 QUICK_SHAPES = "nginx:16:1,nginx:32:2,list:32:2"
@@ -63,8 +65,7 @@ class FleetSettings:
 
     @classmethod
     def from_env(cls) -> "FleetSettings":
-        env = os.environ
-        quick = env.get("BENCH_QUICK", "") not in ("", "0")
+        env, quick = os.environ, report.quick()
         spec = env.get("BENCH_FLEET_SHAPES") or (QUICK_SHAPES if quick else DEFAULT_SHAPES)
         shapes = [(mode, int(n), int(g)) for mode, n, g in
                   (part.split(":") for part in spec.split(",") if part)]
@@ -78,136 +79,17 @@ class FleetSettings:
         return replicas * 1000.0 / self.capacity
 
 
-# ---- the fleet -----------------------------------------------------------------------------
-class Fleet:
-    """Sim workers on 127.0.0.x (one port each, or one address each in DNS mode), an nginx
-    over them, and gateways: started, grown and shrunk here, all stopped on exit."""
-
-    def __init__(self, log_dir: Path, page_ms: float, dns_mode: bool = False):
-        self.log_dir = log_dir
-        self.page_ms = page_ms
-        self.dns_mode = dns_mode
-        self.port = free_port()  # the one worker port of DNS mode
-        self.workers: list[ManagedProcess] = []
-        self.others: list[ManagedProcess] = []
-        self.nginx_dir = log_dir / "nginx"
-        self.nginx_port: int | None = None
-        self.hosts: HostsFile | None = None
-        log_dir.mkdir(parents=True, exist_ok=True)
-
-    def addresses(self) -> list[str]:
-        return [local_fleet.url_of(w).removeprefix("http://") for w in self.workers]
-
-    def add_workers(self, count: int) -> None:
-        env = local_fleet.sim_worker_env(self.page_ms)
-        new = []
-        for _ in range(count):
-            index = len(self.workers) + len(new)
-            host, port = ((f"127.0.{1 + (index + 2) // 250}.{2 + (index + 2) % 250}", self.port)
-                          if self.dns_mode else ("127.0.0.1", free_port()))
-            new.append(worker_process(port, env, self.log_dir / f"worker-{index}.log",
-                                      host=host))
-        self.workers.extend(new)  # recorded before they start: close() must see them
-        for process in new:
-            process.start()
-        for process in new:
-            process.wait_ready(300)
-        self._publish()
-
-    def remove_workers(self, count: int) -> None:
-        """Scale down as k8s does: out of the balancer/DNS first, then SIGTERM (the worker
-        drains what it admitted)."""
-        leaving, self.workers = self.workers[-count:], self.workers[:-count]
-        self._publish()
-        stop_all(leaving)
-
-    def _publish(self) -> None:
-        if self.nginx_port is not None:
-            config = nginx.write_config(self.addresses(), self.nginx_dir / "nginx.conf",
-                                        self.nginx_dir, listen=f"127.0.0.1:{self.nginx_port}")
-            nginx.reload(config, self.nginx_dir)
-        if self.hosts is not None:
-            self.hosts.set_addresses([a.rsplit(":", 1)[0] for a in self.addresses()])
-
-    def upstream(self, mode: str) -> dict[str, str]:
-        if mode == "nginx":
-            if self.nginx_port is None:
-                self.nginx_port = free_port()
-                config = nginx.write_config(self.addresses(), self.nginx_dir / "nginx.conf",
-                                            self.nginx_dir,
-                                            listen=f"127.0.0.1:{self.nginx_port}")
-                self.others.append(ManagedProcess(
-                    "nginx", nginx.nginx_command(config, self.nginx_dir),
-                    log_path=self.nginx_dir / "nginx.log").start())
-            return {"GATEWAY_UPSTREAM_URL": f"http://127.0.0.1:{self.nginx_port}"}
-        if mode == "dns":
-            if self.hosts is None:
-                self.hosts = HostsFile("ocr-workers.bench.internal")
-                self._publish()
-            return {"GATEWAY_REPLICA_DNS": f"ocr-workers.bench.internal:{self.port}",
-                    "GATEWAY_DNS_REFRESH_S": "1"}
-        return {"GATEWAY_REPLICAS": ",".join(f"http://{a}" for a in self.addresses())}
-
-    @contextlib.contextmanager
-    def gateways(self, mode: str, count: int, **env: str) -> Iterator[list[ManagedProcess]]:
-        started = []
-        try:
-            for index in range(count):
-                port = free_port()
-                process = gateway_process(port, {
-                    **self.upstream(mode), "GATEWAY_LOG_LEVEL": "WARNING",
-                    "GATEWAY_JOBS_ENABLED": "false", **env},
-                    self.log_dir / f"gateway-{mode}-{index}-{port}.log")
-                if mode == "dns":
-                    process.cmd = self.hosts.wrap(process.cmd)
-                started.append(process.start())
-            for process in started:
-                process.wait_ready(60)
-            yield started
-        finally:
-            stop_all(started)
-
-    def close(self) -> None:
-        stop_all(self.others + self.workers)
-        if self.hosts is not None:
-            self.hosts.remove()
-
-
 # ---- one shape -----------------------------------------------------------------------------
-@dataclass
-class Sampler:
-    """CPU of the gateways' process groups and of the whole machine over a run."""
-
-    gateways: list[ManagedProcess]
-    cpu: float = 0.0
-    busy: float = 0.0
-    wall: float = 0.0
-    _marks: tuple = field(default=(), repr=False)
-
-    def __enter__(self) -> "Sampler":
-        self._marks = (self._gateway_cpu(), procstats.system_busy_seconds(), time.monotonic())
-        return self
-
-    def __exit__(self, *exc) -> None:
-        cpu, busy, wall = self._marks
-        self.cpu = self._gateway_cpu() - cpu
-        self.busy = procstats.system_busy_seconds() - busy
-        self.wall = time.monotonic() - wall
-
-    def _gateway_cpu(self) -> float:
-        return sum(procstats.cpu_seconds(procstats.group_pids(g.pid)) for g in self.gateways)
-
-
 def run_shape(fleet: Fleet, mode: str, replicas: int, count: int,
               settings: FleetSettings) -> dict[str, Any]:
     pdf = labelled_pdf_payload(settings.pages, seed=replicas)
-    with fleet.gateways(mode, count) as gateways:
+    with fleet.gateways(mode, count, **NO_JOBS) as gateways:
         urls = [local_fleet.url_of(g) + "/ocr" for g in gateways]
         for url in urls:
             send(url, small_image_payloads(1)[0])  # warm connections
         stop = threading.Event()
         counter = PageCounter()
-        with Sampler(gateways) as sampler, ThreadPoolExecutor(len(urls) + 1) as side:
+        with ForeignLoad(gateways) as sampler, ThreadPoolExecutor(len(urls) + 1) as side:
             images = [side.submit(images_every, url, settings.image_every_s, stop)
                       for url in urls]
             side.submit(counter.watch, urls, stop)
@@ -249,8 +131,8 @@ def run_shape(fleet: Fleet, mode: str, replicas: int, count: int,
         "image_p95_s": round(image_p95, 3) if image_p95 else None,
         "image_p95_wait_s": round(image_p95 - page_s, 3) if image_p95 else None,
         "image_median_s": round(statistics.median(latencies), 3) if latencies else None,
-        "gateway_cpu_ms_per_page": round(1000 * sampler.cpu / max(1, pages), 2),
-        "machine_busy": round(sampler.busy / sampler.wall / (os.cpu_count() or 1), 3),
+        "gateway_cpu_ms_per_page": round(1000 * sampler.cpu_s / max(1, pages), 2),
+        "machine_busy": round(sampler.busy, 3),
     }
 
 
@@ -263,14 +145,14 @@ def run_growth(settings: FleetSettings, log_dir: Path, mode: str = "nginx") -> d
     try:
         fleet.add_workers(16)
         pdf = labelled_pdf_payload(settings.pages, seed=3)
-        with fleet.gateways(mode, 2) as gateways:
+        with fleet.gateways(mode, 2, **NO_JOBS) as gateways:
             urls = [local_fleet.url_of(g) + "/ocr" for g in gateways]
             counter = PageCounter()
             stop = threading.Event()
             with ThreadPoolExecutor(len(urls) + 1) as side:
                 side.submit(counter.watch, urls, stop)
                 started = time.perf_counter()
-                docs = [side.submit(send_many, urls, pdf, settings.docs, counter)]
+                docs = [side.submit(send_many, urls, pdf, settings.docs)]
                 time.sleep(15)
                 grown_at = time.perf_counter() - started
                 fleet.add_workers(48)
@@ -303,7 +185,6 @@ class PageCounter:
         self.samples: list[tuple[float, float]] = []  # (perf_counter, pages so far)
 
     def watch(self, urls: list[str], stop: threading.Event) -> None:
-        import requests
         while not stop.wait(0.25):
             total = 0.0
             for url in urls:
@@ -332,7 +213,7 @@ class PageCounter:
         return out
 
 
-def send_many(urls: list[str], payload, count: int, counter) -> list:
+def send_many(urls: list[str], payload, count: int) -> list:
     with ThreadPoolExecutor(count) as pool:
         return list(pool.map(lambda i: send(urls[i % len(urls)], payload), range(count)))
 
@@ -344,9 +225,9 @@ def run_route(log_dir: Path, workers: int = 16, seconds: float = 10.0) -> dict[s
     fleet = Fleet(log_dir / "route", page_ms=0.0)
     try:
         fleet.add_workers(workers)
-        with fleet.gateways("list", 1, GATEWAY_PROCESSES="1") as (gateway,):
+        with fleet.gateways("list", 1, GATEWAY_PROCESSES="1", **NO_JOBS) as (gateway,):
             url = local_fleet.url_of(gateway)
-            with Sampler([gateway]) as sampler:
+            with ForeignLoad([gateway]) as sampler:
                 result = run_closed_loop(url, small_image_payloads(8), 32,
                                          duration_s=seconds, warmup_s=1.0)
     finally:
@@ -355,14 +236,15 @@ def run_route(log_dir: Path, workers: int = 16, seconds: float = 10.0) -> dict[s
     return {"workers": workers, "concurrency": 32, "pages": pages,
             "failures": result.failure_count,
             "pages_per_s": round(result.pages_per_s(), 1),
-            "gateway_cpu_s": round(sampler.cpu, 2),
-            "pages_per_gateway_core_s": round(pages / sampler.cpu, 1) if sampler.cpu else None,
-            "machine_busy": round(sampler.busy / sampler.wall / (os.cpu_count() or 1), 3)}
+            "gateway_cpu_s": round(sampler.cpu_s, 2),
+            "pages_per_gateway_core_s": round(pages / sampler.cpu_s, 1) if sampler.cpu_s else None,
+            "machine_busy": round(sampler.busy, 3)}
 
 
 # ---- all of it -------------------------------------------------------------------------------
 def run(settings: FleetSettings) -> dict[str, Any]:
-    log_dir = report.results_dir() / "logs" / "fleet"
+    log_dir = report.log_dir("fleet")
+    engines: list[dict[str, str]] = []
     shapes = []
     by_replicas: dict[tuple[int, bool], list[tuple[str, int]]] = {}
     for mode, replicas, count in settings.shapes:
@@ -372,6 +254,7 @@ def run(settings: FleetSettings) -> dict[str, Any]:
                       settings.page_ms(replicas), dns_mode=dns_mode)
         try:
             fleet.add_workers(replicas)
+            engines += report.engine_info([local_fleet.url_of(fleet.workers[0])])
             for mode, count in runs:
                 if mode == "nginx" and nginx.find_nginx() is None:
                     print("skipping nginx shapes: nginx is not installed", file=sys.stderr)
@@ -381,51 +264,44 @@ def run(settings: FleetSettings) -> dict[str, Any]:
                       flush=True)
         finally:
             fleet.close()
-    result: dict[str, Any] = {"engine": "sim", "capacity_pages_per_s": settings.capacity,
+    result: dict[str, Any] = {"engine": report.engine_label(engines),
+                              "capacity_pages_per_s": settings.capacity,
                               "documents": settings.docs, "pages": settings.pages,
                               "image_every_s": settings.image_every_s, "shapes": shapes}
     if settings.growth:
         result["growth"] = [run_growth(settings, log_dir, mode) for mode in ("nginx", "dns")]
     if settings.route:
         result["route"] = run_route(log_dir)
-    return {**result, **report.stamp()}
+    return {**result, **report.stamp(engines)}
 
 
-def goals(result: dict[str, Any]) -> list[list[Any]]:
-    rows = []
-    for s in result["shapes"]:
-        name = f"{s['mode']} N={s['replicas']} G={s['gateways']}"
-        ok = s["documents_ok"] == s["documents"] and s["images_ok"] == s["images"]
-        rows.append([name, s["efficiency"], s["image_p95_s"], s["image_p95_wait_s"],
-                     s["finish_spread"], f"{s['documents_ok']}/{s['documents']} "
-                     f"{s['images_ok']}/{s['images']}", s["gateway_cpu_ms_per_page"],
-                     s["machine_busy"],
-                     "PASS" if ok and s["efficiency"] >= 0.95 and s["finish_spread"] <= 0.15
-                     and (s["image_p95_wait_s"] or 99) <= 2.0 else "FAIL"])
-    return rows
+def verdict(s: dict[str, Any]) -> str:
+    ok = s["documents_ok"] == s["documents"] and s["images_ok"] == s["images"]
+    return "PASS" if ok and (s["efficiency"] or 0) >= 0.95 and s["finish_spread"] <= 0.15 \
+        and (s["image_p95_wait_s"] or 99) <= 2.0 else "FAIL"
 
 
 def table(result: dict[str, Any]) -> str:
-    lines = [report.table(["shape", "eff", "img p95", "p95 wait", "spread", "docs/images ok",
-                           "gw ms/page", "busy", "verdict"], goals(result))]
-    for g in result.get("growth", []):
-        lines.append(f"growth 16->64 ({g['mode']}): new capacity reached "
-                     f"{g['seconds_to_new_capacity']} s after the replicas were ready; "
-                     f"documents {g['documents_ok']}/{g['documents']}")
-    route = result.get("route")
-    if route:
-        lines.append(f"routing: {route['pages_per_gateway_core_s']} small pages per gateway "
-                     f"CPU-second ({route['pages_per_s']} pages/s, {route['failures']} failed)")
-    return "\n".join(lines)
+    return doc_tables.fleet_table(result)
 
 
-def main() -> int:
-    result = run(FleetSettings.from_env())
-    report.write_json("fleet.json", result)
-    report.plot_fleet(result, report.results_dir() / "fleet.png")
-    print(table(result))
-    return 1 if any(row[-1] == "FAIL" for row in goals(result)) else 0
+def measure() -> dict[str, Any]:
+    return run(FleetSettings.from_env())
 
+
+def rows(result: dict[str, Any]) -> list[list[Any]]:
+    return [[f"fleet {s['mode']} N={s['replicas']} G={s['gateways']}: efficiency, image p95 "
+             "wait, finish spread", f"{s['efficiency']}, {s['image_p95_wait_s']}, "
+             f"{s['finish_spread']}", ">= 0.95, <= 2.0, <= 0.15", verdict(s)]
+            for s in result["shapes"]]
+
+
+def wrong_answers(result: dict[str, Any]) -> int:
+    return sum(s["documents"] - s["documents_ok"] + s["images"] - s["images_ok"]
+               for s in result["shapes"])
+
+
+plot = report.plot_fleet
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(report.main(sys.modules[__name__]))

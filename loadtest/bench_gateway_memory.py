@@ -19,52 +19,18 @@ import concurrent.futures
 import io
 import os
 import sys
-import tempfile
-import threading
-import time
-from pathlib import Path
 from typing import Any, Callable
 
 import pikepdf
 import requests
 
-from loadtest import documents, local_fleet, procstats, report
+from loadtest import doc_tables, documents, local_fleet, report
+from loadtest.procstats import PeakRss
+
+FILE = "gateway-memory.json"
 
 FORMATS = ("application/json", "application/x-ndjson", "text/plain", "application/pdf",
            "application/zip")
-
-
-class PeakRss:
-    """The most the process group's summed RSS reached while the block ran, in MiB."""
-
-    def __init__(self, pgid: int):
-        self.pgid = pgid
-        self.peak = 0
-        self._stop = threading.Event()
-
-    def now(self) -> int:
-        total = 0
-        for pid in procstats.group_pids(self.pgid):
-            try:
-                total += procstats.rss_kib(pid)
-            except (OSError, ProcessLookupError):
-                continue
-        return total
-
-    def __enter__(self) -> "PeakRss":
-        self._stop.clear()
-        self.peak = self.now()
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        return self
-
-    def _sample(self) -> None:
-        while not self._stop.wait(0.02):
-            self.peak = max(self.peak, self.now())
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def big_pdf(megabytes: int, pages: int = 50) -> bytes:
@@ -78,7 +44,7 @@ def big_pdf(megabytes: int, pages: int = 50) -> bytes:
         return out.getvalue()
 
 
-def measure(meter: PeakRss, send: Callable[[], Any]) -> tuple[dict[str, float], Any]:
+def peak_while(meter: PeakRss, send: Callable[[], Any]) -> tuple[dict[str, float], Any]:
     """The group's RSS before and at its peak while `send` ran, and the growth, in MiB."""
     idle = meter.now()
     with meter:
@@ -102,7 +68,7 @@ def formats(url: str, meter: PeakRss, pages: int) -> list[dict[str, Any]]:
     rows = []
     for visualize in (False, True):
         for accept in FORMATS:
-            rss, size = measure(meter, lambda: read_all(url, pdf, accept, visualize))
+            rss, size = peak_while(meter, lambda: read_all(url, pdf, accept, visualize))
             rows.append({"pages": pages, "format": accept, "visualize": visualize,
                          "answer_mb": round(size / 2**20, 1), **rss})
             print(rows[-1], flush=True)
@@ -120,7 +86,7 @@ def uploads(url: str, meter: PeakRss, count: int, megabytes: int) -> list[dict[s
         def all_at_once() -> list[int]:
             with concurrent.futures.ThreadPoolExecutor(count) as pool:
                 return list(pool.map(lambda _: send(), range(count)))
-        rss, statuses = measure(meter, all_at_once)
+        rss, statuses = peak_while(meter, all_at_once)
         rows.append({"body": name, "uploads": count, "upload_mb": megabytes,
                      "answered_200": statuses.count(200), "answered_429": statuses.count(429),
                      "other": sorted(s for s in statuses if s not in (200, 429)),
@@ -129,13 +95,14 @@ def uploads(url: str, meter: PeakRss, count: int, megabytes: int) -> list[dict[s
     return rows
 
 
-def run() -> dict[str, Any]:
-    pages = int(os.environ.get("BENCH_GW_PAGES", "300"))
-    count = int(os.environ.get("BENCH_GW_UPLOADS", "20"))
-    megabytes = int(os.environ.get("BENCH_GW_UPLOAD_MB", "100"))
-    logs = Path(tempfile.mkdtemp(prefix="bench-gw-memory-"))
+def measure() -> dict[str, Any]:
+    pages = report.knob("BENCH_GW_PAGES", 300)
+    count = report.knob("BENCH_GW_UPLOADS", 20)
+    megabytes = report.knob("BENCH_GW_UPLOAD_MB", 100)
+    logs = report.log_dir("gateway-memory")
     env = local_fleet.sim_worker_env(5, OCR_QUEUE_SIZE="8", OCR_MAX_PAGES="5000")
     with local_fleet.workers(4, env, logs) as workers:
+        engines = report.engine_info([local_fleet.url_of(w) for w in workers])
         gateway_env = {"GATEWAY_PROCESSES": "1", "GATEWAY_HTTP_THREADS": str(count + 4)}
         with local_fleet.gateway([local_fleet.url_of(w) for w in workers], logs,
                                  gateway_env) as gateway:
@@ -143,32 +110,25 @@ def run() -> dict[str, Any]:
             meter = PeakRss(gateway.process.pid)
             read_all(url, documents.dense_pdf(2), FORMATS[3], False)  # builders started
             rows = formats(url, meter, max(1, pages // 10)) + formats(url, meter, pages)
-            return {**report.stamp(), "gateway_env": gateway_env, "formats": rows,
+            return {**report.stamp(engines), "gateway_env": gateway_env, "formats": rows,
                     "uploads": uploads(url, meter, count, megabytes)}
 
 
 def table(result: dict[str, Any]) -> str:
+    return doc_tables.gateway_memory_table(result)
+
+
+def rows(result: dict[str, Any]) -> list[list[Any]]:
     most = max(r["pages"] for r in result["formats"])
-    small = {(r["format"], r["visualize"]): r for r in result["formats"] if r["pages"] != most}
-    rows = [[r["format"], "on" if r["visualize"] else "off", r["answer_mb"],
-             r["peak_growth_mb"], small[(r["format"], r["visualize"])]["peak_growth_mb"],
-             r["peak_mb"]] for r in result["formats"] if r["pages"] == most]
-    text = report.table(["format", "visualize", f"answer MB ({most} pages)",
-                         f"peak +MB ({most} pages)", f"peak +MB ({most // 10} pages)",
-                         "peak RSS MB"], rows)
-    uploads_rows = [[u["body"], u["uploads"], u["upload_mb"], u["answered_200"],
-                     u["answered_429"], u["peak_growth_mb"], u["peak_mb"]]
-                    for u in result["uploads"]]
-    return text + "\n\n" + report.table(["body", "uploads", "MB each", "200", "429",
-                                         "peak +MB", "peak RSS MB"], uploads_rows)
-
-
-def main() -> int:
-    result = run()
-    report.write_json("gateway-memory.json", result)
-    print(table(result))
-    return 0
+    worst = max((r for r in result["formats"] if r["pages"] == most),
+                key=lambda r: r["peak_growth_mb"])
+    return [[f"gateway peak RSS growth, {most}-page PDF (worst: {worst['format']}, visualize "
+             f"{'on' if worst['visualize'] else 'off'})", f"+{worst['peak_growth_mb']} MB",
+             "(reported)", "info"]] + \
+        [[f"gateway: {u['uploads']} x {u['upload_mb']} MB uploads ({u['body']})",
+          f"{u['answered_200']} x 200, {u['answered_429']} x 429, peak +{u['peak_growth_mb']} MB",
+          "(reported)", "info"] for u in result["uploads"]]
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(report.main(sys.modules[__name__]))

@@ -1,5 +1,5 @@
-"""Worker memory on large, varied pages (issue 14): one real-engine worker (PP-OCRv6 tiny,
-onnxruntime, 1 thread, the worker's default memory settings) answers a long run of big page
+"""Worker memory on large, varied pages (issue 14): one real-engine worker (its default engine,
+1 thread, the worker's default memory settings) answers a long run of big page
 images one at a time, `"visualize": false`:
 
 - generated 300-dpi scans (loadtest/scans.py): dense A4 text, an A4 ruled table, a phone photo
@@ -24,7 +24,6 @@ reference, default 1 unless BENCH_QUICK)."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,7 @@ HEADROOM = 0.25             # peak <= (1 - HEADROOM) x the manifest's memory lim
 CPU_OVERLAY = REPO_ROOT / "deploy" / "k8s" / "overlays" / "cpu" / "worker-cpu.yaml"
 CHECKPOINTS = (1, 5, 10, 25, 50, 75, 100, 120, 150, 200)
 MIB = 1024 * 1024
+FILE = "memory.json"
 
 
 def page_payloads(seed: int = 0) -> list[Payload]:
@@ -98,6 +98,7 @@ def run_worker(env: dict[str, str], payloads: list[Payload], pages: int, log_dir
         procstats.wait_idle(child)
         started_kib = procstats.rss_kib(child)
         result = soak(local_fleet.url_of(worker), child, payloads, pages)
+        result["engines"] = report.engine_info([local_fleet.url_of(worker)])
     result["rss_kib_after_start"] = started_kib
     return result
 
@@ -141,7 +142,7 @@ def run(pages: int, log_dir: Path, reference: bool) -> dict[str, Any]:
     env = local_fleet.real_worker_env(1)
     main = run_worker(env, payloads, pages, log_dir, "memory")
     out: dict[str, Any] = {
-        "engine": "paddleocr PP-OCRv6 tiny, onnxruntime, 1 thread",
+        "engine": report.engine_label(main["engines"]),
         "pages": pages,
         "page_set": [p.name for p in payloads],
         "failures": main["failures"],
@@ -152,13 +153,18 @@ def run(pages: int, log_dir: Path, reference: bool) -> dict[str, Any]:
         "per_page": main["pages"],
     }
     if reference:
-        ref_env = {**env, "OCR_ORT_CPU_ARENA": "true", "OCR_TRIM_MIN_PIXELS": "0"}
+        # onnxruntime explicitly: its arena is what the reference is about (`auto` may pick
+        # OpenVINO, where OCR_ORT_CPU_ARENA changes nothing)
+        ref_env = {**env, "OCR_BACKEND": "onnxruntime", "OCR_ORT_CPU_ARENA": "true",
+                   "OCR_TRIM_MIN_PIXELS": "0"}
         ref = run_worker(ref_env, payloads, len(payloads), log_dir, "memory-reference")
-        out["reference"] = {"settings": "OCR_ORT_CPU_ARENA=true OCR_TRIM_MIN_PIXELS=0",
+        out["reference"] = {"settings": "OCR_BACKEND=onnxruntime OCR_ORT_CPU_ARENA=true "
+                                        "OCR_TRIM_MIN_PIXELS=0",
+                            "engine": report.engine_label(ref["engines"]),
                             "failures": ref["failures"], **summarise(ref, limit, len(payloads)),
                             "per_page": ref["pages"]}
         out["failures"] += ref["failures"]
-    return {**out, **report.stamp()}
+    return {**out, **report.stamp(main["engines"])}
 
 
 def goals_met(result: dict[str, Any]) -> tuple[bool, bool]:
@@ -190,16 +196,10 @@ def rows(result: dict[str, Any]) -> list[list[Any]]:
     return table
 
 
-def main() -> int:
-    quick = os.environ.get("BENCH_QUICK", "") not in ("", "0")
-    pages = int(os.environ.get("BENCH_MEMORY_PAGES") or (60 if quick else 100))
-    reference = os.environ.get("BENCH_MEMORY_REFERENCE", "0" if quick else "1") == "1"
-    result = run(pages, report.results_dir() / "logs" / "memory", reference)
-    path = report.write_json("memory.json", result)
-    print(report.table(["benchmark", "measured", "goal", "verdict"], rows(result)))
-    print(f"wrote {path}")
-    return 1 if result["failures"] else 0
+def measure() -> dict[str, Any]:
+    reference = report.knob("BENCH_MEMORY_REFERENCE", 1, 0) == 1
+    return run(report.knob("BENCH_MEMORY_PAGES", 100, 60), report.log_dir("memory"), reference)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(report.main(sys.modules[__name__]))

@@ -19,7 +19,6 @@ RESULTS_DIR (bench/results)."""
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import statistics
 import sys
@@ -30,13 +29,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-import requests
-
 from deploy.nginx import render as nginx
-from loadtest import local_fleet, procstats, report
-from loadtest.loadgen import post_checked
-from loadtest.payloads import JSON_HEADERS, Payload, labelled_pdf_payload, small_image_payloads
-from scripts.fleet import ManagedProcess, free_port, gateway_process, stop_all
+from loadtest import local_fleet, report
+from loadtest.loadgen import images_every, p95, send
+from loadtest.payloads import labelled_pdf_payload, small_image_payloads
+from loadtest.procstats import PeakRss
+from scripts.fleet import ManagedProcess
+
+FILE = "overload.json"
 
 
 @dataclass
@@ -53,9 +53,8 @@ class OverloadSettings:
     @classmethod
     def from_env(cls) -> "OverloadSettings":
         env = os.environ
-        quick = env.get("BENCH_QUICK", "") not in ("", "0")
         settings = cls(docs=4, pages=20, fleets=[("nginx", 2), ("list", 2), ("list", 4)]) \
-            if quick else cls()
+            if report.quick() else cls()
         settings.page_ms = float(env.get("BENCH_SIM_PAGE_MS") or settings.page_ms)
         settings.docs = int(env.get("BENCH_OVERLOAD_DOCS") or settings.docs)
         settings.pages = int(env.get("BENCH_OVERLOAD_PAGES") or settings.pages)
@@ -67,95 +66,22 @@ class OverloadSettings:
 
 @contextlib.contextmanager
 def fleet(mode: str, count: int, page_ms: float, log_dir: Path,
-          gateway_env: dict[str, str] | None = None) -> Iterator[ManagedProcess]:
-    """`count` sim workers and a gateway in front, through nginx or balancing itself."""
-    env = local_fleet.sim_worker_env(page_ms)
-    with local_fleet.workers(count, env, log_dir / f"{mode}{count}") as workers:
-        urls = [local_fleet.url_of(w) for w in workers]
-        extra: list[ManagedProcess] = []
-        try:
-            if mode == "nginx":
-                run_dir = log_dir / f"nginx{count}"
-                port = free_port()
-                config = nginx.write_config([u.removeprefix("http://") for u in urls],
-                                            run_dir / "nginx.conf", run_dir,
-                                            listen=f"127.0.0.1:{port}")
-                extra.append(ManagedProcess("nginx", nginx.nginx_command(config, run_dir),
-                                            log_path=run_dir / "nginx.log").start())
-                upstream = {"GATEWAY_UPSTREAM_URL": f"http://127.0.0.1:{port}"}
-            else:
-                upstream = {"GATEWAY_REPLICAS": ",".join(urls)}
-            port = free_port()
-            gateway = gateway_process(port, {**upstream, "GATEWAY_LOG_LEVEL": "WARNING",
-                                             **(gateway_env or {})},
-                                      log_dir / f"gateway-{mode}{count}.log")
-            extra.append(gateway.start())
-            gateway.wait_ready(60)
-            yield gateway
-        finally:
-            stop_all(extra)
+          gateway_env: dict[str, str] | None = None
+          ) -> Iterator[tuple[ManagedProcess, list[dict[str, str]]]]:
+    """`count` sim workers and a gateway in front, through nginx or balancing itself; the
+    gateway and the engines the workers report."""
+    with local_fleet.Fleet(log_dir / f"{mode}{count}", page_ms, count) as sims, \
+            sims.gateways(mode, 1, **(gateway_env or {})) as (gateway,):
+        yield gateway, report.engine_info([local_fleet.url_of(w) for w in sims.workers])
 
 
 def gateway_url(gateway: ManagedProcess) -> str:
     return local_fleet.url_of(gateway) + "/ocr"
 
 
-def send(url: str, payload: Payload, timeout: float = 600) -> tuple[int, float, str | None]:
-    """(status, seconds, problem or None) of one checked request."""
-    started = time.perf_counter()
-    with requests.Session() as session:
-        try:
-            response = session.post(url, data=payload.body, headers=JSON_HEADERS,
-                                    timeout=timeout)
-        except requests.RequestException as exc:
-            return 0, time.perf_counter() - started, type(exc).__name__
-        seconds = time.perf_counter() - started
-        if response.status_code != 200:
-            return response.status_code, seconds, response.text[:160]
-        _, problem = _check(response, payload)
-        return 200, seconds, problem
-
-
-def _check(response, payload: Payload) -> tuple[bool, str | None]:
-    from loadtest.checks import answer_problem
-    problem = answer_problem(response.status_code, response.json, payload.expected)
-    return problem is None, problem
-
-
-def images_every(url: str, every_s: float, stop: threading.Event) -> list[tuple[float, bool]]:
-    """Single-image requests on a fixed schedule until `stop`; (latency, right) each."""
-    images = small_image_payloads(4)
-    results: list[tuple[float, bool]] = []
-    lock = threading.Lock()
-
-    def one(payload: Payload) -> None:
-        with requests.Session() as session:
-            started = time.perf_counter()
-            ok, _ = post_checked(session, url, payload, 60)
-            with lock:
-                results.append((time.perf_counter() - started, ok))
-
-    with ThreadPoolExecutor(32) as pool:
-        next_at = time.perf_counter()
-        turn = 0
-        while not stop.is_set():
-            pool.submit(one, images[turn % len(images)])
-            turn += 1
-            next_at += every_s
-            stop.wait(max(0.0, next_at - time.perf_counter()))
-    return results
-
-
-def p95(values: list[float]) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
-
-
 def run_mix(mode: str, count: int, settings: OverloadSettings, log_dir: Path) -> dict[str, Any]:
     pdf = labelled_pdf_payload(settings.pages, seed=count)
-    with fleet(mode, count, settings.page_ms, log_dir) as gateway:
+    with fleet(mode, count, settings.page_ms, log_dir) as (gateway, engines):
         url = gateway_url(gateway)
         send(url, small_image_payloads(1)[0])  # warm connections
         stop = threading.Event()
@@ -173,7 +99,8 @@ def run_mix(mode: str, count: int, settings: OverloadSettings, log_dir: Path) ->
     pages_per_s = (pages + image_pages) / wall
     latencies = [latency for latency, ok in image_results if ok]
     return {
-        "mode": mode, "workers": count, "documents": settings.docs, "pages": settings.pages,
+        "mode": mode, "workers": count, "engines": engines, "documents": settings.docs,
+        "pages": settings.pages,
         "documents_ok": sum(1 for status, _, problem in docs if status == 200 and not problem),
         "document_errors": [problem or status for status, _, problem in docs
                             if status != 200 or problem][:5],
@@ -191,27 +118,11 @@ def run_overload(settings: OverloadSettings, log_dir: Path) -> dict[str, Any]:
     documents = max(1, settings.overload_factor * 2 * queue_pages // settings.pages)
     pdf = labelled_pdf_payload(settings.pages, seed=7)
     env = {"GATEWAY_QUEUE_PAGES": str(queue_pages)}
-    with fleet("list", 2, settings.page_ms, log_dir / "overload", env) as gateway:
+    with fleet("list", 2, settings.page_ms, log_dir / "overload", env) as (gateway, _):
         url = gateway_url(gateway)
-        peak_rss = [0]
-        stop = threading.Event()
-
-        def sample_rss() -> None:
-            pids = procstats.group_pids(gateway.pid)
-            peak_rss[0] = max(peak_rss[0], sum(procstats.rss_kib(p) for p in pids))
-
-        def watch_rss() -> None:
-            while not stop.wait(0.1):
-                sample_rss()
-
-        sample_rss()  # at least one sample, however short the run
-        watcher = threading.Thread(target=watch_rss, daemon=True)
-        watcher.start()
-        with ThreadPoolExecutor(documents) as pool:
+        with PeakRss(gateway.pid, every_s=0.1) as peak_rss, \
+                ThreadPoolExecutor(documents) as pool:
             results = list(pool.map(lambda _: send(url, pdf), range(documents)))
-        stop.set()
-        watcher.join()
-        sample_rss()
     refused = [seconds for status, seconds, _ in results if status == 429]
     admitted = [(status, problem) for status, _, problem in results if status != 429]
     return {
@@ -221,13 +132,12 @@ def run_overload(settings: OverloadSettings, log_dir: Path) -> dict[str, Any]:
         "refused_latency_max_s": round(max(refused), 3) if refused else None,
         "admitted": len(admitted),
         "admitted_failed": sum(1 for status, problem in admitted if status != 200 or problem),
-        "gateway_peak_rss_mib": round(peak_rss[0] / 1024, 1),
+        "gateway_peak_rss_mib": round(peak_rss.peak / 1024, 1),
     }
 
 
 def run(settings: OverloadSettings) -> dict[str, Any]:
-    log_dir = report.results_dir() / "logs" / "overload"
-    log_dir.mkdir(parents=True, exist_ok=True)
+    log_dir = report.log_dir("overload")
     mixes = []
     for mode, count in settings.fleets:
         if mode == "nginx" and nginx.find_nginx() is None:
@@ -235,8 +145,9 @@ def run(settings: OverloadSettings) -> dict[str, Any]:
             continue
         mixes.append(run_mix(mode, count, settings, log_dir))
         print(f"overload mix {mode} x{count}: {mixes[-1]}", file=sys.stderr, flush=True)
-    return {"engine": "sim", "service_ms": settings.page_ms, "mix": mixes,
-            "overload": run_overload(settings, log_dir), **report.stamp()}
+    engines = [e for mix in mixes for e in mix.pop("engines")]
+    return {"engine": report.engine_label(engines), "service_ms": settings.page_ms,
+            "mix": mixes, "overload": run_overload(settings, log_dir), **report.stamp(engines)}
 
 
 def goals(result: dict[str, Any]) -> list[list[Any]]:
@@ -269,17 +180,16 @@ def wrong_answers(result: dict[str, Any]) -> int:
     return mixes + result["overload"]["admitted_failed"]
 
 
+def measure() -> dict[str, Any]:
+    return run(OverloadSettings.from_env())
+
+
+rows = goals
+
+
 def table(result: dict[str, Any]) -> str:
     return report.table(["figure", "value", "goal", "verdict"], goals(result))
 
 
-def main() -> int:
-    result = run(OverloadSettings.from_env())
-    report.write_json("overload.json", result)
-    print(table(result))
-    failed = any(row[-1] == "FAIL" for row in goals(result))
-    return 1 if failed else 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(report.main(sys.modules[__name__]))

@@ -29,15 +29,17 @@ import importlib.metadata
 import os
 import subprocess
 import sys
-import time
 import venv
 from pathlib import Path
 from typing import Any
 
-from loadtest import documents, local_fleet, procstats, report
+from loadtest import documents, local_fleet, report
 from loadtest.loadgen import run_closed_loop
 from loadtest.payloads import dense_page_payloads, make_payload
+from loadtest.procstats import ForeignLoad
 from scripts.fleet import REPO_ROOT, ManagedProcess, free_port
+
+FILE = "paddlex.json"
 
 VENV = REPO_ROOT / "bench" / "paddlex-venv"
 SERVING_DIR = REPO_ROOT / "bench" / "paddlex-serving"
@@ -117,17 +119,10 @@ def paddlex_process(paddlex: Path, config: Path, port: int, threads: int,
         ready_url=f"http://127.0.0.1:{port}/health", log_path=log_path)
 
 
-def _load_average() -> float:
-    return os.getloadavg()[0]
-
-
-def measure(url: str, payloads, clients: int, requests: int, pids) -> dict[str, Any]:
-    def own_cpu() -> float:
-        return procstats.cpu_seconds([p for pid in pids for p in procstats.group_pids(pid)]) \
-            + time.process_time()
-
-    load_before = _load_average()
-    with procstats.ForeignLoad(own_cpu) as foreign:
+def measure_side(url: str, payloads, clients: int, requests: int, processes
+                 ) -> dict[str, Any]:
+    load_before = os.getloadavg()[0]
+    with ForeignLoad(processes) as foreign:
         result = run_closed_loop(url, payloads, clients, total_requests=requests, timeout=900)
     pages = sum(c.pages for c in result.completions if c.ok)
     latencies = [c.finished - c.started for c in result.completions if c.ok]
@@ -136,7 +131,7 @@ def measure(url: str, payloads, clients: int, requests: int, pids) -> dict[str, 
             "failure_kinds": dict(result.failures.most_common(3)),
             "latency_s": min(latencies) if latencies else None,
             "other_load_cores": round(foreign.cores, 2),
-            "load_average": [round(load_before, 2), round(_load_average(), 2)]}
+            "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
 
 
 def run(images_1: int = 8, images_4: int = 16, pdf_pages: int = 16) -> dict[str, Any]:
@@ -157,31 +152,25 @@ def run(images_1: int = 8, images_4: int = 16, pdf_pages: int = 16) -> dict[str,
     results: dict[str, dict[str, Any]] = {"paddlex": {}, **{name: {} for name in fleets}}
     with contextlib.ExitStack() as stack:
         stack.enter_context(local_fleet.running([server], timeout=600))
-        sides = {"paddlex": (f"http://127.0.0.1:{port}", [server.pid])}
+        sides = {"paddlex": (f"http://127.0.0.1:{port}", [server])}
         engines = {}
         for name, env in fleets.items():
             workers = stack.enter_context(local_fleet.workers(
                 2, local_fleet.real_worker_env(threads, **env), log_dir, timeout=600))
             gateway = stack.enter_context(local_fleet.gateway(
                 [local_fleet.url_of(w) for w in workers], log_dir))
-            sides[name] = (local_fleet.url_of(gateway), [gateway.pid] + [w.pid for w in workers])
-            engines[name] = _engine_info(local_fleet.url_of(workers[0]))
+            sides[name] = (local_fleet.url_of(gateway), [gateway, *workers])
+            engines[name] = report.engine_info([local_fleet.url_of(w) for w in workers])
         for name, (url, _) in sides.items():  # warm-up, untimed
             run_closed_loop(url, images[:1], 1, total_requests=2, timeout=600)
         for label, payloads, clients, count in (("1 client", images, 1, images_1),
                                                 ("4 clients", images, 4, images_4),
                                                 ("pdf", pdf, 1, 1), ("pdf again", pdf, 1, 1)):
-            for name, (url, pids) in sides.items():
-                results[name][label] = measure(url, payloads, clients, count, pids)
+            for name, (url, processes) in sides.items():
+                results[name][label] = measure_side(url, payloads, clients, count, processes)
                 print(f"  {name} {label}: {results[name][label]['pages_per_s']:.3f} pages/s, "
                       f"{results[name][label]['seconds']:.1f} s", file=sys.stderr, flush=True)
     return summarise(results, engines, cores, pdf_pages)
-
-
-def _engine_info(worker_url: str) -> dict[str, Any]:
-    import requests
-
-    return requests.get(f"{worker_url}/readyz", timeout=10).json().get("engine", {})
 
 
 def summarise(results, engines, cores, pdf_pages) -> dict[str, Any]:
@@ -203,12 +192,12 @@ def summarise(results, engines, cores, pdf_pages) -> dict[str, Any]:
                         pdf_latency(side) / pdf_latency("paddlex")} for side in others},
         "pdf_pages": pdf_pages,
         "failures": sum(r["failures"] for side in results.values() for r in side.values()),
-        "ocrfleet_engine": engines,
+        "ocrfleet_engine": {side: report.engine_label(e) for side, e in engines.items()},
         "setup": {"paddlex": f"paddlex --serve, 1 process, onnxruntime, {cores} intra-op "
                              "threads", "ocrfleet": f"gateway + 2 workers x {max(1, cores // 2)}"
                                                     " threads, default settings"},
         "goals": {"pages_per_s_4_clients": THROUGHPUT_GOAL, "pdf_latency": PDF_LATENCY_GOAL},
-        **report.stamp(),
+        **report.stamp([e for side in engines.values() for e in side]),
     }
 
 
@@ -218,20 +207,16 @@ def rows(result: dict[str, Any]) -> list[list[Any]]:
     p, o = result["paddlex"], result["ocrfleet"]
     ratio, pdf = result["ratio_pages_per_s"], result["pdf_latency_s"]
 
-    def noise(*runs) -> str:
-        worst = max(r["other_load_cores"] for r in runs)
-        return f" [other load {worst:.1f} cores]" if worst >= 0.1 else ""
-
     made = []
     for clients, goal in (("1 client", None), ("4 clients", THROUGHPUT_GOAL)):
         made.append([f"vs PaddleX serving, dense A4, {clients}",
                      f"{o[clients]['pages_per_s']:.3f} vs {p[clients]['pages_per_s']:.3f} "
-                     f"pages/s = {ratio[clients]:.2f}x" + noise(o[clients], p[clients]),
+                     f"pages/s = {ratio[clients]:.2f}x" + report.noise(o[clients], p[clients]),
                      f">= {goal}x" if goal else "(informative)",
                      "PASS" if goal is None or ratio[clients] >= goal else "FAIL"])
     made.append([f"vs PaddleX serving, one {result['pdf_pages']}-page PDF",
                  f"{pdf['ocrfleet']:.2f} vs {pdf['paddlex']:.2f} s = "
-                 f"{result['pdf_latency_ratio']:.2f}x" + noise(o["pdf"], p["pdf"]),
+                 f"{result['pdf_latency_ratio']:.2f}x" + report.noise(o["pdf"], p["pdf"]),
                  f"<= {PDF_LATENCY_GOAL}x",
                  "PASS" if result["pdf_latency_ratio"] <= PDF_LATENCY_GOAL else "FAIL"])
     for side, also in result.get("also", {}).items():
@@ -250,15 +235,11 @@ def run_or_skip(**kwargs) -> dict[str, Any]:
         return {"skipped": str(exc), **report.stamp()}
 
 
-def main() -> int:
-    result = run_or_skip(images_1=int(os.environ.get("BENCH_PADDLEX_PAGES") or 8),
-                         images_4=2 * int(os.environ.get("BENCH_PADDLEX_PAGES") or 8),
-                         pdf_pages=int(os.environ.get("BENCH_PADDLEX_PDF_PAGES") or 16))
-    path = report.write_json("paddlex.json", result)
-    print(report.table(["benchmark", "measured", "goal", "verdict"], rows(result)))
-    print(f"wrote {path}")
-    return 1 if result.get("failures") else 0
+def measure() -> dict[str, Any]:
+    pages = report.knob("BENCH_PADDLEX_PAGES", 8, 4)
+    return run_or_skip(images_1=pages, images_4=2 * pages,
+                       pdf_pages=report.knob("BENCH_PADDLEX_PDF_PAGES", 16, 8))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(report.main(sys.modules[__name__]))

@@ -28,9 +28,12 @@ from typing import Any
 
 import requests
 
-from loadtest import figures, local_fleet, procstats, report
+from loadtest import figures, local_fleet, report
 from loadtest.loadgen import post_checked, run_closed_loop
 from loadtest.payloads import Payload, labelled_pdf_payload, small_image_payloads
+from loadtest.procstats import ForeignLoad, group_cpu
+
+FILE, PLOT = "scaling.json", "scaling.png"
 
 
 def _env_list(name: str, default: str) -> list[int]:
@@ -50,8 +53,7 @@ class ScalingSettings:
 
     @classmethod
     def from_env(cls) -> "ScalingSettings":
-        quick = os.environ.get("BENCH_QUICK", "") not in ("", "0")
-        env = os.environ.get
+        quick, env = report.quick(), os.environ.get
         return cls(
             replicas=_env_list("BENCH_REPLICAS", "1,2,4,8,16"),
             page_ms=float(env("BENCH_SIM_PAGE_MS") or 200),
@@ -63,24 +65,19 @@ class ScalingSettings:
         )
 
 
-def _group_cpu(processes) -> float:
-    return procstats.cpu_seconds([pid for p in processes for pid in procstats.group_pids(p.pid)])
-
-
 def measure_fleet(gateway, replicas: list, settings: ScalingSettings, payloads: list[Payload],
                   pdf: Payload) -> dict[str, Any]:
     """Throughput under saturation, then one PDF's latency alone, through this gateway."""
     url = local_fleet.url_of(gateway)
     concurrency = settings.concurrency_per_replica * len(replicas)
-    gateway_cpu, worker_cpu = _group_cpu([gateway]), _group_cpu(replicas)
-    with procstats.ForeignLoad(lambda: _group_cpu([gateway, *replicas]) + time.process_time()) \
-            as foreign:
+    gateway_cpu, worker_cpu = group_cpu([gateway]), group_cpu(replicas)
+    with ForeignLoad([gateway, *replicas]) as foreign:
         load = run_closed_loop(url, payloads, concurrency, duration_s=settings.measure_s,
                                warmup_s=settings.warmup_s, timeout=60)
-    gateway_cpu, worker_cpu = _group_cpu([gateway]) - gateway_cpu, _group_cpu(replicas) - worker_cpu
+    gateway_cpu, worker_cpu = group_cpu([gateway]) - gateway_cpu, group_cpu(replicas) - worker_cpu
     latencies = load.latencies()
     pdf_times, pdf_failures = [], []
-    pdf_gateway_cpu, pdf_worker_cpu = _group_cpu([gateway]), _group_cpu(replicas)
+    pdf_gateway_cpu, pdf_worker_cpu = group_cpu([gateway]), group_cpu(replicas)
     with requests.Session() as session:
         for _ in range(settings.pdf_repeats):
             time.sleep(0.3)  # let the fleet go idle: the PDF is sent alone
@@ -91,8 +88,8 @@ def measure_fleet(gateway, replicas: list, settings: ScalingSettings, payloads: 
             else:
                 pdf_failures.append(why)
     tries = max(1, settings.pdf_repeats)
-    pdf_gateway_cpu = (_group_cpu([gateway]) - pdf_gateway_cpu) / tries
-    pdf_worker_cpu = (_group_cpu(replicas) - pdf_worker_cpu) / tries
+    pdf_gateway_cpu = (group_cpu([gateway]) - pdf_gateway_cpu) / tries
+    pdf_worker_cpu = (group_cpu(replicas) - pdf_worker_cpu) / tries
     return {
         "replicas": len(replicas),
         "concurrency": concurrency,
@@ -118,13 +115,14 @@ def measure_fleet(gateway, replicas: list, settings: ScalingSettings, payloads: 
 
 
 def run(settings: ScalingSettings, log_dir: Path | None = None) -> dict[str, Any]:
-    log_dir = log_dir or report.results_dir() / "logs" / "scaling"
+    log_dir = log_dir or report.log_dir("scaling")
     payloads = small_image_payloads(8, seed=100)
     pdf = labelled_pdf_payload(settings.pdf_pages, seed=7)
     page_s = settings.page_ms / 1000.0
     fleets = []
     env = local_fleet.sim_worker_env(settings.page_ms)
     with local_fleet.workers(max(settings.replicas), env, log_dir, name="sim") as pool:
+        engines = report.engine_info([local_fleet.url_of(w) for w in pool])
         for n in settings.replicas:
             members = pool[:n]
             with local_fleet.gateway([local_fleet.url_of(w) for w in members], log_dir,
@@ -138,7 +136,7 @@ def run(settings: ScalingSettings, log_dir: Path | None = None) -> dict[str, Any
     pps = [f["pages_per_s"] for f in fleets]
     eff = figures.efficiency(replicas, pps) if 1 in replicas else [None] * len(replicas)
     return {
-        "engine": "sim",
+        "engine": report.engine_label(engines),
         "service_ms": settings.page_ms,
         "replicas": replicas,
         "pages_per_s": [round(v, 3) for v in pps],
@@ -161,7 +159,7 @@ def run(settings: ScalingSettings, log_dir: Path | None = None) -> dict[str, Any
                      "pdf_repeats": settings.pdf_repeats, "request": "single-page PNG image",
                      "gateway_env": settings.gateway_env},
         "fleets": fleets,
-        **report.stamp(),
+        **report.stamp(engines),
     }
 
 
@@ -199,21 +197,37 @@ def scaling_table(scaling: dict[str, Any]) -> str:
          "goal", "PDF cpu s gw+workers", "ideal+cpu/cores", "failures"], rows)
 
 
-def main() -> int:
+def measure() -> dict[str, Any]:
     settings = ScalingSettings.from_env()
     print(f"scaling benchmark: replicas {settings.replicas}, {settings.page_ms:g} ms/page, "
           f"{settings.warmup_s:g} s warm-up + {settings.measure_s:g} s per fleet",
           file=sys.stderr, flush=True)
-    scaling = run(settings)
-    path = report.write_json("scaling.json", scaling)
-    plot = None
-    if 1 in scaling["replicas"] and None not in scaling["pdf_latency_s"]:
-        plot = report.plot_scaling(scaling, report.results_dir() / "scaling.png")
-    print(scaling_table(scaling))
-    print(f"wrote {path}" + (f" and {plot}" if plot else ""))
-    failed = any(f["failures"] or f["pdf_failures"] for f in scaling["fleets"])
-    return 1 if failed else 0
+    return run(settings)
 
+
+def plot(scaling: dict[str, Any], path: Path) -> None:
+    if 1 in scaling["replicas"] and None not in scaling["pdf_latency_s"]:
+        report.plot_scaling(scaling, path)
+
+
+def rows(scaling: dict[str, Any]) -> list[list[Any]]:
+    made = []
+    for (n, eff_ok, lat_ok), pps, eff, goal, latency, latency_goal in zip(
+            goals_met(scaling), scaling["pages_per_s"], scaling["efficiency"],
+            scaling["efficiency_goal"], scaling["pdf_latency_s"], scaling["pdf_latency_goal_s"]):
+        made.append([f"scaling N={n}: pages/s, efficiency", f"{pps:.2f} pages/s, {eff:.3f}",
+                     f">= {goal:.2f}" if goal else "(base)", figures.verdict(eff_ok)])
+        made.append([f"scaling N={n}: {scaling['pdf_pages']}-page PDF alone",
+                     f"{latency:.2f} s" if latency else "failed",
+                     f"<= {latency_goal:.2f} s", figures.verdict(lat_ok)])
+    return made
+
+
+def wrong_answers(scaling: dict[str, Any]) -> int:
+    return sum(f["failures"] + len(f["pdf_failures"]) for f in scaling["fleets"])
+
+
+table = scaling_table
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(report.main(sys.modules[__name__]))

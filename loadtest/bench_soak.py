@@ -1,4 +1,4 @@
-"""Worker memory under a long run: one real-engine worker (PP-OCRv6 tiny, 1 thread) answers
+"""Worker memory under a long run: one real-engine worker (1 thread) answers
 2,000 small text images (16 different sizes and texts, 2 in flight), and the resident memory
 (VmRSS) of its gunicorn worker process — the forked child that holds the model, not the master —
 is sampled every 100 answers. Growth is measured after warm-up: RSS at answer 2,000 vs at
@@ -8,7 +8,6 @@ Knobs: BENCH_SOAK_REQUESTS (2000), BENCH_SOAK_BASELINE (200)."""
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from pathlib import Path
@@ -17,6 +16,8 @@ from typing import Any
 from loadtest import figures, local_fleet, procstats, report
 from loadtest.loadgen import run_closed_loop
 from loadtest.payloads import small_image_payloads
+
+FILE = "soak.json"
 
 
 def run(requests_total: int, baseline_at: int, log_dir: Path, sample_every: int = 100,
@@ -28,6 +29,7 @@ def run(requests_total: int, baseline_at: int, log_dir: Path, sample_every: int 
     with local_fleet.workers(1, env, log_dir, name="soak") as (worker,):
         child = procstats.gunicorn_worker_pid(worker.pid)
         start_kib = procstats.rss_kib(child)
+        engines = report.engine_info([local_fleet.url_of(worker)])
 
         def sample(number: int, _completion) -> None:
             if number % sample_every == 0 or number == baseline_at:
@@ -42,7 +44,7 @@ def run(requests_total: int, baseline_at: int, log_dir: Path, sample_every: int 
     base = by_number.get(baseline_at) or samples[0][1]
     end = samples[-1][1]
     return {
-        "engine": env.get("OCR_ENGINE", "paddleocr"),
+        "engine": report.engine_label(engines),
         "requests": requests_total,
         "answered": load.ok_count,
         "failures": load.failure_count,
@@ -56,7 +58,7 @@ def run(requests_total: int, baseline_at: int, log_dir: Path, sample_every: int 
         "rss_growth_goal": figures.RSS_GROWTH_GOAL,
         "master_rss_kib": master_kib,
         "samples": [{"answered": n, "rss_kib": kib} for n, kib in samples],
-        **report.stamp(),
+        **report.stamp(engines),
     }
 
 
@@ -70,15 +72,10 @@ def rows(result: dict[str, Any]) -> list[list[Any]]:
              figures.verdict(growth < result["rss_growth_goal"] and not result["failures"])]]
 
 
-def main() -> int:
-    total = int(os.environ.get("BENCH_SOAK_REQUESTS") or 2000)
-    baseline = int(os.environ.get("BENCH_SOAK_BASELINE") or 200)
-    result = run(total, baseline, report.results_dir() / "logs" / "soak")
-    path = report.write_json("soak.json", result)
-    print(report.table(["benchmark", "measured", "goal", "verdict"], rows(result)))
-    print(f"wrote {path}")
-    return 1 if result["failures"] else 0
+def measure() -> dict[str, Any]:
+    return run(report.knob("BENCH_SOAK_REQUESTS", 2000, 600),
+               report.knob("BENCH_SOAK_BASELINE", 200), report.log_dir("soak"))
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(report.main(sys.modules[__name__]))

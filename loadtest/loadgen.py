@@ -1,23 +1,25 @@
-"""A closed-loop load generator for the benchmarks: `concurrency` threads, each with its own
-keep-alive requests.Session, send prepared payloads back to back and check every answer
-(loadtest/checks.py). It runs for a fixed time after a warm-up, or for a fixed number of
-requests, and records when each answer came back, so the caller can compute a steady-state rate.
-It also reports its own CPU use, to show it was not the bottleneck."""
+"""The benchmark harness's load: a closed loop (`concurrency` threads, each with its own
+keep-alive requests.Session, send prepared payloads back to back and check every answer with
+loadtest/checks.py) for a fixed time after a warm-up or a fixed number of requests, recording
+when each answer came back and its own CPU use; single checked requests (send); images on a
+fixed schedule alongside (images_every); and the rates and percentiles made of them."""
 
 from __future__ import annotations
 
 import itertools
+import math
 import threading
 import time
-from collections import Counter
+from collections import Counter, defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
 import requests
 
 from loadtest.checks import answer_problem
-from loadtest.figures import windowed_rate
-from loadtest.payloads import JSON_HEADERS, Payload
+from loadtest.figures import rate_from_completions, windowed_rate
+from loadtest.payloads import JSON_HEADERS, Payload, small_image_payloads
 
 
 @dataclass
@@ -137,3 +139,60 @@ def run_closed_loop(urls: str | list[str], payloads: list[Payload], concurrency:
     result.wall_s = time.perf_counter() - wall_before
     result.client_cpu_s = time.process_time() - cpu_before
     return result
+
+
+def per_worker_rate(load: LoadResult) -> float:
+    """Sum over workers of each worker's first-to-last completion rate (leaves out the
+    pipeline filling up)."""
+    times: dict[str, list[float]] = defaultdict(list)
+    for completion in load.completions:
+        if completion.ok:
+            times[completion.replica].append(completion.finished)
+    return sum(rate_from_completions(t) for t in times.values())
+
+
+def send(url: str, payload: Payload, timeout: float = 600) -> tuple[int, float, str | None]:
+    """(status, seconds, problem or None) of one checked request to this /ocr URL."""
+    started = time.perf_counter()
+    with requests.Session() as session:
+        try:
+            response = session.post(url, data=payload.body, headers=JSON_HEADERS,
+                                    timeout=timeout)
+        except requests.RequestException as exc:
+            return 0, time.perf_counter() - started, type(exc).__name__
+        seconds = time.perf_counter() - started
+        if response.status_code != 200:
+            return response.status_code, seconds, response.text[:160]
+        return 200, seconds, answer_problem(response.status_code, response.json,
+                                            payload.expected)
+
+
+def images_every(url: str, every_s: float, stop: threading.Event) -> list[tuple[float, bool]]:
+    """Single-image requests on a fixed schedule until `stop`; (latency, right) each."""
+    images = small_image_payloads(4)
+    results: list[tuple[float, bool]] = []
+    lock = threading.Lock()
+
+    def one(payload: Payload) -> None:
+        with requests.Session() as session:
+            started = time.perf_counter()
+            ok, _ = post_checked(session, url, payload, 60)
+            with lock:
+                results.append((time.perf_counter() - started, ok))
+
+    with ThreadPoolExecutor(32) as pool:
+        next_at = time.perf_counter()
+        turn = 0
+        while not stop.is_set():
+            pool.submit(one, images[turn % len(images)])
+            turn += 1
+            next_at += every_s
+            stop.wait(max(0.0, next_at - time.perf_counter()))
+    return results
+
+
+def p95(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]

@@ -1,13 +1,17 @@
-"""Fleets on loopback for the benchmarks: sets of workers (sim or real engine) and a gateway in
-front of some of them, started with scripts/fleet.py on free ports and always stopped again
-(each process in its own process group)."""
+"""The benchmark harness's fleets on loopback: workers (sim or real engine) and gateways in
+front of them, started with scripts/fleet.py on free ports and always stopped again (each
+process in its own process group). `workers()` and `gateway()` for a fixed set; `Fleet` for sim
+workers behind nginx (the one-URL mode), a URL list or a DNS name, grown and shrunk mid-run."""
 
 from __future__ import annotations
 
 import contextlib
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Iterator
 
+from deploy.nginx import render as nginx
 from scripts.fleet import (ManagedProcess, free_port, gateway_process, stop_all,
                            worker_process)
 
@@ -20,7 +24,7 @@ def sim_worker_env(page_ms: float, jitter_ms: float = 0.0, **extra: str) -> dict
 
 
 def real_worker_env(threads: int = 1, **extra: str) -> dict[str, str]:
-    """A real-engine worker (PP-OCRv6 tiny on onnxruntime, CPU) with `threads` engine threads."""
+    """A real-engine worker (its default backend: `auto`) with `threads` engine threads."""
     return {"OCR_ENGINE": "paddleocr", "OCR_PROCESSES": "1", "OCR_THREADS": str(threads),
             "OMP_NUM_THREADS": str(threads), "OCR_LOG_LEVEL": "WARNING", **extra}
 
@@ -66,3 +70,134 @@ def gateway(replica_urls: list[str], log_dir: Path, env: dict[str, str] | None =
                               log_dir / f"gateway-{len(replica_urls)}-{port}.log")
     with running([process], timeout) as (started,):
         yield started
+
+
+class HostsFile:
+    """A DNS name of our own (a k8s headless Service on loopback): the gateway runs in a mount
+    namespace of its own where /etc/hosts is this file, rewritten in place, so the gateway's
+    real resolver sees the name's addresses change. Needs `unshare -m` (root or userns)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.path = Path(tempfile.mkdtemp(prefix="ocrfleet-hosts-")) / "hosts"
+        self.path.write_text("127.0.0.1 localhost\n")
+
+    def set_addresses(self, addresses: list[str]) -> None:
+        """Rewrite in place (the bind mount follows the inode, not the name)."""
+        text = "127.0.0.1 localhost\n" + "".join(f"{a} {self.name}\n" for a in addresses)
+        with open(self.path, "r+") as f:
+            f.truncate(0)
+            f.write(text)
+
+    def wrap(self, cmd: list[str]) -> list[str]:
+        """`cmd` run with this file as its /etc/hosts."""
+        return ["unshare", "-m", "sh", "-c", f'mount --bind "{self.path}" /etc/hosts && '
+                'exec "$@"', "sh", *cmd]
+
+    def remove(self) -> None:
+        shutil.rmtree(self.path.parent, ignore_errors=True)
+
+
+class Fleet:
+    """Sim workers on 127.0.0.x (one port each, or one address each in DNS mode), an nginx
+    over them, and gateways: started, grown and shrunk here, all stopped by close()."""
+
+    DNS_NAME = "ocr-workers.bench.internal"
+
+    def __init__(self, log_dir: Path, page_ms: float, replicas: int = 0,
+                 dns_mode: bool = False):
+        self.log_dir, self.page_ms, self.dns_mode = log_dir, page_ms, dns_mode
+        self.port = free_port()  # the one worker port of DNS mode
+        self.workers: list[ManagedProcess] = []
+        self.others: list[ManagedProcess] = []
+        self.nginx_dir = log_dir / "nginx"
+        self.nginx_port: int | None = None
+        self.hosts: HostsFile | None = None
+        log_dir.mkdir(parents=True, exist_ok=True)
+        if replicas:
+            try:
+                self.add_workers(replicas)
+            except BaseException:
+                self.close()
+                raise
+
+    def __enter__(self) -> "Fleet":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def addresses(self) -> list[str]:
+        return [url_of(w).removeprefix("http://") for w in self.workers]
+
+    def add_workers(self, count: int) -> None:
+        env = sim_worker_env(self.page_ms)
+        new = []
+        for _ in range(count):
+            index = len(self.workers) + len(new)
+            host, port = ((f"127.0.{1 + (index + 2) // 250}.{2 + (index + 2) % 250}", self.port)
+                          if self.dns_mode else ("127.0.0.1", free_port()))
+            new.append(worker_process(port, env, self.log_dir / f"worker-{index}.log",
+                                      host=host))
+        self.workers.extend(new)  # recorded before they start: close() must see them
+        for process in new:
+            process.start()
+        for process in new:
+            process.wait_ready(300)
+        self._publish()
+
+    def remove_workers(self, count: int) -> None:
+        """Scale down as k8s does: out of the balancer/DNS first, then SIGTERM (the worker
+        drains what it admitted)."""
+        leaving, self.workers = self.workers[-count:], self.workers[:-count]
+        self._publish()
+        stop_all(leaving)
+
+    def _nginx_config(self) -> Path:
+        return nginx.write_config(self.addresses(), self.nginx_dir / "nginx.conf",
+                                  self.nginx_dir, listen=f"127.0.0.1:{self.nginx_port}")
+
+    def _publish(self) -> None:
+        if self.nginx_port is not None:
+            nginx.reload(self._nginx_config(), self.nginx_dir)
+        if self.hosts is not None:
+            self.hosts.set_addresses([a.rsplit(":", 1)[0] for a in self.addresses()])
+
+    def upstream(self, mode: str) -> dict[str, str]:
+        if mode == "nginx":
+            if self.nginx_port is None:
+                self.nginx_port = free_port()
+                self.others.append(ManagedProcess(
+                    "nginx", nginx.nginx_command(self._nginx_config(), self.nginx_dir),
+                    log_path=self.nginx_dir / "nginx.log").start())
+            return {"GATEWAY_UPSTREAM_URL": f"http://127.0.0.1:{self.nginx_port}"}
+        if mode == "dns":
+            if self.hosts is None:
+                self.hosts = HostsFile(self.DNS_NAME)
+                self._publish()
+            return {"GATEWAY_REPLICA_DNS": f"{self.DNS_NAME}:{self.port}",
+                    "GATEWAY_DNS_REFRESH_S": "1"}
+        return {"GATEWAY_REPLICAS": ",".join(f"http://{a}" for a in self.addresses())}
+
+    @contextlib.contextmanager
+    def gateways(self, mode: str, count: int = 1, **env: str) -> Iterator[list[ManagedProcess]]:
+        started = []
+        try:
+            for index in range(count):
+                port = free_port()
+                process = gateway_process(port, {
+                    **self.upstream(mode), "GATEWAY_LOG_LEVEL": "WARNING", **env},
+                    self.log_dir / f"gateway-{mode}-{index}-{port}.log")
+                if mode == "dns":
+                    process.cmd = self.hosts.wrap(process.cmd)
+                started.append(process.start())
+            for process in started:
+                process.wait_ready(60)
+            yield started
+        finally:
+            stop_all(started)
+
+    def close(self) -> None:
+        stop_all(self.others + self.workers)
+        if self.hosts is not None:
+            self.hosts.remove()

@@ -1,5 +1,6 @@
 """Where a worker's memory goes on large pages (the README's "Memory" table): the real engine
-(PP-OCRv6 tiny, onnxruntime, 1 thread) in a fresh process per variant, the same ten large
+on onnxruntime (set explicitly: the variants are onnxruntime's allocator settings, which
+OpenVINO, what `auto` may pick, does not have), 1 thread, in a fresh process per variant, the same ten large
 generated pages (loadtest/scans.py) one after another, and per page the resident memory after
 the page (steady) and the most it reached during the page (peak, VmHWM reset before each).
 
@@ -58,7 +59,8 @@ def _engine(arena: bool):
     from services.ocr_worker.config import WorkerConfig
     from services.ocr_worker.engine import PaddleOCREngine
 
-    engine = PaddleOCREngine(WorkerConfig(ort_cpu_arena=arena, warmup=False))
+    engine = PaddleOCREngine(WorkerConfig(ort_cpu_arena=arena, warmup=False,
+                                          backend="onnxruntime"))
     engine.load()
     return engine
 
@@ -111,7 +113,8 @@ def child(name: str, pages_dir: Path) -> dict[str, Any]:
     _apply(engine, variant)
     engine.predict([np.full((96, 480, 3), 255, np.uint8)], {})
     libc = ctypes.CDLL("libc.so.6")
-    out: dict[str, Any] = {"variant": name, "after_load_mib": _status_mib("VmRSS"), "pages": []}
+    out: dict[str, Any] = {"variant": name, "engine": engine.info,
+                           "after_load_mib": _status_mib("VmRSS"), "pages": []}
     for path in sorted(pages_dir.iterdir()):
         data = path.read_bytes()
         _reset_peak()
@@ -159,7 +162,8 @@ def peak_split(pages_dir: Path) -> dict[str, Any]:
     finally:
         runner.__class__.__call__ = original
     shape = seen["input_shape"]
-    results = {"page": page.name, "decoded_page_mib": image.nbytes / 2**20, **seen}
+    results = {"page": page.name, "engine": engine.info,
+               "decoded_page_mib": image.nbytes / 2**20, **seen}
     for arena in (True, False):
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
@@ -236,6 +240,7 @@ def cap_trade(caps: list[int]) -> list[dict[str, Any]]:
             output = engine.predict([image], {})[0].result_json()
             found = " ".join(output["rec_texts"]).split()
             rows.append({"cap": cap, "page": name,
+                         "engine": engine.info,
                          "peak_over_idle_mib": _status_mib("VmHWM") - base,
                          "word_recall": word_recall(truth, found)})
             del output
@@ -265,7 +270,8 @@ def main(argv: list[str]) -> int:
     pages_dir = report.results_dir() / "memory_pages"
     write_pages(pages_dir)
     names = argv or list(VARIANTS)
-    results: dict[str, Any] = {"variants": [], **report.stamp()}
+    report.begin()
+    results: dict[str, Any] = {"variants": []}
     for name in names:
         env = {**os.environ, **VARIANTS[name].get("env", {})}
         if "LD_PRELOAD" in env and not Path(env["LD_PRELOAD"]).is_file():
@@ -291,7 +297,8 @@ def main(argv: list[str]) -> int:
     for row in results["det_cap_trade"]:
         print(f"OCR_DET_MAX_SIDE={row['cap']}: {row['page']}: peak +{row['peak_over_idle_mib']:.0f}"
               f" MiB, word recall {row['word_recall']:.3f}", flush=True)
-    path = report.write_json("memory_sources.json", results)
+    engines = [v["engine"] for v in results["variants"]] + [results["peak_split"]["engine"]]
+    path = report.write_json("memory_sources.json", {**results, **report.stamp(engines)})
     print(f"wrote {path}")
     return 0
 

@@ -1,10 +1,14 @@
-"""What a process costs, read from Linux's /proc: resident memory (VmRSS), CPU seconds, and the
-processes of a gunicorn service (the master and its forked worker children, where the model and
-the memory live)."""
+"""What a process costs, read from Linux's /proc: resident memory (VmRSS, its peak VmHWM), CPU
+seconds, the processes of a gunicorn service (the master and its forked worker children, where
+the model and the memory live), and two samplers for a block of a benchmark: ForeignLoad (CPU:
+ours, the machine's, everyone else's) and PeakRss (a process group's summed RSS)."""
 
 from __future__ import annotations
 
 import os
+import resource
+import threading
+import time
 from pathlib import Path
 
 from scripts.fleet import group_members
@@ -12,16 +16,34 @@ from scripts.fleet import group_members
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def _status_kib(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise ProcessLookupError(f"no {field} for pid {pid}")
+
+
 def rss_kib(pid: int) -> int:
     """VmRSS of one process in KiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise ProcessLookupError(f"no VmRSS for pid {pid}")
+    return _status_kib(pid, "VmRSS")
 
 
-def _stat_fields(pid: int) -> list[str]:
-    text = Path(f"/proc/{pid}/stat").read_text()
+def peak_rss_kib(pid: int) -> int:
+    """VmHWM: the most resident memory the process has had (since start or the last reset)."""
+    return _status_kib(pid, "VmHWM")
+
+
+def reset_peak_rss(pid: int) -> bool:
+    """Start VmHWM afresh from the current RSS (Linux clear_refs "5"); False where not allowed."""
+    try:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def _stat_fields(path: Path | int) -> list[str]:
+    text = Path(f"/proc/{path}/stat" if isinstance(path, int) else path).read_text()
     return text[text.rindex(")") + 2:].split()  # fields from `state` on (comm may hold spaces)
 
 
@@ -55,6 +77,17 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / _TICKS
 
 
+def group_cpu(processes) -> float:
+    """CPU seconds of these services (ManagedProcess: each its whole process group)."""
+    return cpu_seconds([pid for p in processes for pid in group_pids(p.pid)])
+
+
+def self_cpu() -> float:
+    """CPU seconds of this process and its finished children (the load generator, a client)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime + time.process_time()
+
+
 def gunicorn_worker_pid(master_pid: int) -> int:
     """The one forked worker of a gunicorn master started with OCR_PROCESSES=1."""
     kids = children(master_pid)
@@ -71,60 +104,75 @@ def system_busy_seconds() -> float:
 
 
 class ForeignLoad:
-    """How busy the machine was with processes other than ours while we measured: machine-wide
-    busy CPU minus our own, per wall second (in cores). A figure measured while this is large
-    (another test run, a build) is not trustworthy on a 2-core machine."""
+    """CPU over a block: `cpu_s` of these services, `busy` (the machine's busy share of its
+    cores) and `cores`: how busy the machine was with processes other than ours (these
+    services, this process and its children), per wall second. A figure measured while that
+    is large (another test run, a build) is not trustworthy on a 2-core machine."""
 
-    def __init__(self, own_cpu_seconds):
-        self._own = own_cpu_seconds  # () -> CPU seconds of our processes so far
-        self.cores = 0.0
+    def __init__(self, processes=()):
+        self.processes = list(processes)
+        self.cores = self.cpu_s = self.busy = 0.0
+
+    def _marks(self) -> tuple[float, ...]:
+        services = group_cpu(self.processes)
+        return services, services + self_cpu(), system_busy_seconds(), time.perf_counter()
 
     def __enter__(self) -> "ForeignLoad":
-        import time
-
-        self._start = (system_busy_seconds(), self._own(), time.perf_counter())
+        self._start = self._marks()
         return self
 
     def __exit__(self, *exc) -> None:
-        import time
-
-        busy, own, wall = self._start
-        elapsed = time.perf_counter() - wall
-        if elapsed > 0:
-            self.cores = max(0.0, ((system_busy_seconds() - busy) - (self._own() - own))
-                             / elapsed)
+        self.cpu_s, own, busy, wall = (b - a for a, b in zip(self._start, self._marks()))
+        if wall > 0:
+            self.cores = max(0.0, (busy - own) / wall)
+            self.busy = busy / wall / (os.cpu_count() or 1)
 
 
-def peak_rss_kib(pid: int) -> int:
-    """VmHWM: the most resident memory the process has had (since start or the last reset)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1])
-    raise ProcessLookupError(f"no VmHWM for pid {pid}")
+class PeakRss:
+    """The most a process group's summed RSS reached while the block ran (KiB), sampled every
+    `every_s` from a thread."""
 
+    def __init__(self, pgid: int, every_s: float = 0.02):
+        self.pgid, self.every_s, self.peak = pgid, every_s, 0
+        self._stop = threading.Event()
 
-def reset_peak_rss(pid: int) -> bool:
-    """Start VmHWM afresh from the current RSS (Linux clear_refs "5"); False where not allowed."""
-    try:
-        Path(f"/proc/{pid}/clear_refs").write_text("5")
-        return True
-    except OSError:
-        return False
+    def now(self) -> int:
+        total = 0
+        for pid in group_pids(self.pgid):
+            try:
+                total += rss_kib(pid)
+            except (OSError, ProcessLookupError):
+                continue
+        return total
+
+    def __enter__(self) -> "PeakRss":
+        self._stop.clear()
+        self.peak = self.now()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.every_s):
+            self.peak = max(self.peak, self.now())
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, self.now())
 
 
 def wait_idle(pid: int, timeout: float = 10.0, quiet_reads: int = 3) -> bool:
     """Wait until none of the process's threads is running (R) or in uninterruptible sleep
     (D) for `quiet_reads` reads in a row: e.g. a worker that answered and then trims its heap
     on another thread. False if it stays busy past the timeout."""
-    import time
-
     deadline = time.monotonic() + timeout
     quiet = 0
     while time.monotonic() < deadline:
         states = []
         for task in Path(f"/proc/{pid}/task").iterdir():
             try:
-                states.append(_stat_fields_path(task / "stat")[0])
+                states.append(_stat_fields(task / "stat")[0])
             except (OSError, IndexError):
                 continue
         quiet = quiet + 1 if not any(state in ("R", "D") for state in states) else 0
@@ -132,8 +180,3 @@ def wait_idle(pid: int, timeout: float = 10.0, quiet_reads: int = 3) -> bool:
             return True
         time.sleep(0.02)
     return False
-
-
-def _stat_fields_path(path: Path) -> list[str]:
-    text = path.read_text()
-    return text[text.rindex(")") + 2:].split()

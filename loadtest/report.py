@@ -1,19 +1,40 @@
-"""Presenting benchmark results: plain-text tables, JSON files under bench/results/, the machine
-they were measured on, and the scaling plot (matplotlib, PNG)."""
+"""The benchmark harness's reports: where and how a result was produced (stamp()), the engine
+the workers say they run (engine_info()), plain-text tables, JSON files under bench/results/,
+the plots (matplotlib, PNG), and main(), which runs one benchmark module as `python -m`.
+
+A benchmark module defines FILE (its JSON name), measure() (reads its BENCH_* knobs, returns the
+result with report.stamp() in it) and rows(result) (the summary table's rows: benchmark,
+measured, goal, verdict); optionally wrong_answers(result), table(result) (its own printout)
+and plot(result, path) with PLOT (the PNG's name)."""
 
 from __future__ import annotations
 
 import json
 import os
 import platform
+import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from scripts.fleet import REPO_ROOT
+import requests
 
 from loadtest import figures
+from scripts.fleet import REPO_ROOT
+
+HEADERS = ["benchmark", "measured", "goal", "verdict"]
+
+
+def quick() -> bool:
+    return os.environ.get("BENCH_QUICK", "") not in ("", "0")
+
+
+def knob(name: str, default: float, quick_default: float | None = None) -> int:
+    """An integer BENCH_* knob: the environment's value, else the (quick) default."""
+    fallback = quick_default if quick_default is not None and quick() else default
+    return int(os.environ.get(name) or fallback)
 
 
 def results_dir() -> Path:
@@ -22,23 +43,31 @@ def results_dir() -> Path:
     return path
 
 
+def log_dir(name: str) -> Path:
+    return results_dir() / "logs" / name
+
+
+# ---- provenance ------------------------------------------------------------------------------
 def machine() -> dict[str, Any]:
-    model = ""
+    """CPU model, cores, and whether the CPU computes in bf16 (what `OCR_BACKEND=auto` picks
+    OpenVINO bf16 on): the /proc/cpuinfo flags avx512_bf16 / amx_bf16."""
+    model, flags = "", set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.startswith("model name") and not model:
                 model = line.split(":", 1)[1].strip()
-                break
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
     except OSError:
         pass
-    return {"cpus": os.cpu_count(), "cpu_model": model, "platform": platform.platform(),
-            "python": platform.python_version(), "accelerator": "none (CPU only)"}
+    bf16 = sorted(flags & {"avx512_bf16", "amx_bf16"})
+    return {"cpus": os.cpu_count(), "cpu_model": model, "bf16": bool(bf16), "bf16_flags": bf16,
+            "platform": platform.platform(), "python": platform.python_version(),
+            "accelerator": "none (CPU only)"}
 
 
 def commit() -> str:
     """The checkout's commit, with "-dirty" when files differ from it."""
-    import subprocess
-
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True,
                               text=True).stdout.strip()
@@ -61,12 +90,104 @@ def command() -> str:
     return " ".join(knobs + words)
 
 
-def stamp() -> dict[str, Any]:
-    """Where and how a result was produced, stored next to the figures."""
-    return {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": command(),
-            "commit": commit(), "machine": machine()}
+class _Load:
+    """The machine's 1-minute load average, sampled every 5 s from begin() on."""
+
+    def __init__(self):
+        self.samples: list[float] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._sample, daemon=True, name="loadavg").start()
+
+    def begin(self) -> None:
+        with self._lock:
+            self.samples = [os.getloadavg()[0]]
+
+    def _sample(self) -> None:
+        while True:
+            time.sleep(5)
+            with self._lock:
+                self.samples.append(os.getloadavg()[0])
+
+    def summary(self) -> dict[str, Any]:
+        with self._lock:
+            samples = self.samples or [os.getloadavg()[0]]
+        end = os.getloadavg()[0]
+        return {"loadavg_1m_start": round(samples[0], 2), "loadavg_1m_end": round(end, 2),
+                "loadavg_1m_max": round(max(samples + [end]), 2), "samples": len(samples) + 1,
+                "cores": os.cpu_count()}
 
 
+LOAD = _Load()
+LOAD.begin()  # from import on; main() and bench_all start it afresh for each benchmark
+
+
+def begin() -> None:
+    """A benchmark starts: the load figures in its stamp() count from here."""
+    LOAD.begin()
+
+
+def engine_info(urls: Sequence[str]) -> list[dict[str, str]]:
+    """The engines these running workers report (their /readyz `engine`: engine, backend as
+    resolved, precision, device, models, threads), each distinct one once. Where /readyz does
+    not say, the `ocr_worker_engine_info{...}` labels of /metrics."""
+    found: list[dict[str, str]] = []
+    for url in urls:
+        info: dict[str, str] = {}
+        try:
+            info = requests.get(f"{url}/readyz", timeout=10).json().get("engine") or {}
+        except (requests.RequestException, ValueError, AttributeError):
+            pass
+        if not info:
+            info = _metrics_engine_info(url)
+        found.append(info)
+    return distinct([info for info in found if info])
+
+
+def _metrics_engine_info(url: str) -> dict[str, str]:
+    try:
+        text = requests.get(f"{url}/metrics", timeout=10).text
+    except requests.RequestException:
+        return {}
+    for line in text.splitlines():
+        if line.startswith("ocr_worker_engine_info{"):
+            labels = line[line.index("{") + 1:line.rindex("}")]
+            return {k: v.strip('"') for k, v in
+                    (pair.split("=", 1) for pair in labels.split('",') if "=" in pair)}
+    return {}
+
+
+def engine_label(engines: list[dict[str, str]]) -> str:
+    """One line for a table or a plot: "paddleocr PP-OCRv6_tiny_det + PP-OCRv6_tiny_rec,
+    openvino bf16, cpu, 1 thread" (engines that differ joined with " | ")."""
+    def one(info: dict[str, str]) -> str:
+        if info.get("engine") == "sim":
+            return f"sim ({float(info.get('page_ms') or 'nan'):g} ms/page)"
+        threads = info.get("threads")
+        return ", ".join(part for part in (
+            f"{info.get('engine', '?')} {info.get('det_model', '?')} + "
+            f"{info.get('rec_model', '?')}",
+            " ".join(filter(None, (info.get("backend"), info.get("precision")))),
+            info.get("device"),
+            f"{threads} thread{'s' if threads != '1' else ''}" if threads else "") if part)
+    return " | ".join(one(info) for info in distinct(engines)) or "unknown (no worker answered)"
+
+
+def distinct(items: list) -> list:
+    return [item for index, item in enumerate(items) if item not in items[:index]]
+
+
+def stamp(engines: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    """Where and how a result was produced, stored next to the figures: when, the exact
+    command, the commit, the machine, its load meanwhile, and the engines the workers
+    reported (where the benchmark ran workers; each distinct one once)."""
+    made = {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": command(),
+            "commit": commit(), "machine": machine(), "load": LOAD.summary()}
+    if engines is not None:
+        made["engines"] = distinct(engines)
+    return made
+
+
+# ---- writing and printing ------------------------------------------------------------------
 def write_json(name: str, data: dict[str, Any]) -> Path:
     path = results_dir() / name
     path.write_text(json.dumps(data, indent=2) + "\n")
@@ -91,6 +212,36 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
+def noise(*runs: dict[str, Any]) -> str:
+    """" [other load 0.4 cores]" where other processes loaded the machine during these runs."""
+    worst = max((run.get("other_load_cores", 0.0) for run in runs), default=0.0)
+    return f" [other load {worst:.1f} cores]" if worst >= 0.1 else ""
+
+
+def wrong_answers(bench, result: dict[str, Any]) -> int:
+    count = getattr(bench, "wrong_answers", None)
+    return count(result) if count else result.get("failures", 0)
+
+
+def run(bench) -> tuple[dict[str, Any], list[list[Any]]]:
+    """One benchmark: measure, write its JSON (and plot), return the result and its rows."""
+    begin()
+    result = bench.measure()
+    path = write_json(bench.FILE, result)
+    if hasattr(bench, "plot"):
+        bench.plot(result, results_dir() / bench.PLOT)
+    print(f"wrote {path}", file=sys.stderr, flush=True)
+    return result, bench.rows(result)
+
+
+def main(bench) -> int:
+    """`python -m loadtest.bench_X`: run it, print its table; 1 when an answer was wrong."""
+    result, rows = run(bench)
+    print(bench.table(result) if hasattr(bench, "table") else table(HEADERS, rows))
+    return 1 if wrong_answers(bench, result) else 0
+
+
+# ---- plots ---------------------------------------------------------------------------------
 def plot_scaling(scaling: dict[str, Any], path: Path) -> Path:
     """Three panels against the number of replicas N, each with its ideal line and goal:
     pages/s, efficiency, and the latency of one long PDF sent alone."""

@@ -101,7 +101,7 @@ def main(argv=None) -> int:
     if gpus and not cuda_inference_available():
         print(f"note: {gpus} GPU(s) found, but this venv has the CPU build of onnxruntime; "
               "running on the CPU (install onnxruntime-gpu instead of onnxruntime to use "
-              "them, see README: GPUs)")
+              "them, see docs/operations.md: GPUs)")
         gpus = 0
     # the machine's cores shared out between the workers (1 each on a 2-core box)
     threads = os.environ.get("OCR_THREADS") or str(max(1, (os.cpu_count() or 1) // args.workers))

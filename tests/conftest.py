@@ -20,7 +20,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # The suite checks exact text on its documents, so the workers it starts run the exact backend
 # (onnxruntime fp32). The default `auto` (OpenVINO bf16 on CPUs with bf16) reads about 1 line
-# in 30 differently (README "Engine speed"); its sessions and its text are tested against
+# in 30 differently (docs/benchmarks.md "Engine speed"); its sessions and its text are tested against
 # onnxruntime in tests/test_openvino_backend.py, its accuracy measured by `make bench-accuracy`.
 os.environ.setdefault("OCR_BACKEND", "onnxruntime")
 MODELS = REPO_ROOT / "models"

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 
 import pytest
 
@@ -32,7 +33,8 @@ def test_scaling_benchmark_smoke(results, tmp_path):
                                              measure_s=1.5, pdf_pages=4, pdf_repeats=1)
     scaling = bench_scaling.run(settings, log_dir=tmp_path / "logs")
     assert SCALING_KEYS <= set(scaling)
-    assert scaling["engine"] == "sim" and scaling["replicas"] == [1, 2]
+    assert scaling["engine"] == "sim (50 ms/page)" and scaling["replicas"] == [1, 2]
+    assert scaling["engines"][0]["engine"] == "sim" and scaling["load"]["cores"]
     assert scaling["pdf_pages"] == 4 and len(scaling["pdf_latency_s"]) == 2
     assert scaling["efficiency"][0] == pytest.approx(1.0)
     assert all(value > 0 for value in scaling["pages_per_s"] + scaling["pdf_latency_s"])
@@ -93,27 +95,44 @@ def test_engine_benchmark_paths_with_the_sim_engine(tmp_path):
 
 
 def test_bench_all_reports_a_broken_part_and_keeps_going(results, monkeypatch, capsys):
+    def part(measure, rows):
+        return types.SimpleNamespace(FILE="part.json", measure=measure, rows=lambda _: rows)
+
     def broken():
         raise RuntimeError("no models")
 
-    def fine():
-        return {"failures": 0}, [["fine part", "1.0", ">= 1", "PASS"]]
-
-    def wrong():
-        return {"failures": 3}, [["wrong part", "2.0", ">= 1", "PASS"]]
-
-    monkeypatch.setattr(bench_all, "PARTS", {"soak": broken, "fine": fine})
+    fine = part(lambda: {"failures": 0, **report.stamp()}, [["fine part", "1.0", ">= 1", "PASS"]])
+    wrong = part(lambda: {"failures": 3}, [["wrong part", "2.0", ">= 1", "PASS"]])
+    monkeypatch.setattr(bench_all, "PARTS", {"soak": part(broken, []), "fine": fine})
     assert bench_all.main() == 1
     out = capsys.readouterr().out
     assert "ERROR: RuntimeError: no models" in out and "fine part" in out
     summary = json.loads((results / "summary.json").read_text())
     assert "error" in summary["parts"]["soak"] and summary["parts"]["fine"]["wrong_answers"] == 0
+    assert json.loads((results / "part.json").read_text())["load"]["cores"] == os.cpu_count()
 
     monkeypatch.setattr(bench_all, "PARTS", {"fine": fine})
     assert bench_all.main() == 0
     monkeypatch.setattr(bench_all, "PARTS", {"wrong": wrong})
     assert bench_all.main() == 1
     assert "wrong answers or errors" in capsys.readouterr().out
+
+
+def test_a_result_says_how_it_was_made_and_which_engine_the_workers_ran(results, tmp_path):
+    with local_fleet.workers(1, local_fleet.sim_worker_env(7), tmp_path) as (worker,):
+        engines = report.engine_info([local_fleet.url_of(worker)] * 2)
+        from_metrics = report._metrics_engine_info(local_fleet.url_of(worker))
+    assert len(engines) == 1 and engines[0]["engine"] == "sim"
+    assert {k: engines[0][k] for k in from_metrics} == from_metrics
+    assert report.engine_label(engines) == "sim (7 ms/page)"
+    real = {"engine": "paddleocr", "backend": "openvino", "precision": "bf16", "device": "cpu",
+            "det_model": "PP-OCRv6_tiny_det", "rec_model": "PP-OCRv6_tiny_rec", "threads": "1"}
+    assert report.engine_label([real, real]) == \
+        "paddleocr PP-OCRv6_tiny_det + PP-OCRv6_tiny_rec, openvino bf16, cpu, 1 thread"
+    made = report.stamp(engines)
+    assert {"measured_at", "command", "commit", "machine", "load", "engines"} <= made.keys()
+    assert {"cpus", "cpu_model", "bf16"} <= made["machine"].keys()
+    assert {"loadavg_1m_start", "loadavg_1m_end", "loadavg_1m_max"} <= made["load"].keys()
 
 
 def test_memory_benchmark_smoke(tmp_path):

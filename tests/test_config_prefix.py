@@ -42,10 +42,10 @@ def test_a_typo_in_a_gateway_variable_is_an_error_before_the_upstream_check():
     assert "did you mean GATEWAY_REPLICAS?" in str(caught.value)
 
 
-def test_an_unknown_name_without_a_close_match_points_at_the_readme():
+def test_an_unknown_name_without_a_close_match_points_at_the_configuration_doc():
     with pytest.raises(ConfigError) as caught:
         GatewayConfig.from_env({**GATEWAY_BASE, "GATEWAY_ZZZ": "1", "GATEWAY_QQQQQQ": "2"})
-    assert "README" in str(caught.value) and "1 more" in str(caught.value)
+    assert "docs/configuration.md" in str(caught.value) and "1 more" in str(caught.value)
 
 
 def test_other_prefixes_and_allow_listed_names_pass():

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import base64
 import io
+import json
+import zlib
 
 import pytest
 import requests
@@ -20,32 +22,63 @@ from scripts.fleet import free_port, gateway_process, stop_all, worker_process
 pytestmark = pytest.mark.slow  # starts servers: scheduled first (tests/conftest.py)
 
 
-def raw_pdf(kids: bytes, count: int) -> bytes:
-    """A PDF written by hand: a catalog, a /Pages node with these /Kids, one page."""
-    objects = {1: b"<< /Type /Catalog /Pages 2 0 R >>",
-               2: b"<< /Type /Pages /Kids [" + kids + b"] /Count %d >>" % count,
-               3: b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 200 100] >>"}
+def pdf_of(objects: dict[int, bytes]) -> bytes:
+    """A PDF written by hand from numbered objects (1: the catalog), with a correct xref."""
     out = io.BytesIO()
     out.write(b"%PDF-1.7\n")
     offsets = {}
-    for number, body in objects.items():
+    for number in sorted(objects):
         offsets[number] = out.tell()
-        out.write(b"%d 0 obj\n%s\nendobj\n" % (number, body))
+        out.write(b"%d 0 obj\n%s\nendobj\n" % (number, objects[number]))
     xref = out.tell()
-    out.write(b"xref\n0 4\n0000000000 65535 f \n")
-    for number in (1, 2, 3):
+    size = max(objects) + 1
+    out.write(b"xref\n0 %d\n0000000000 65535 f \n" % size)
+    for number in range(1, size):
         out.write(b"%010d 00000 n \n" % offsets[number])
-    out.write(b"trailer\n<< /Size 4 /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % xref)
+    out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (size, xref))
     return out.getvalue()
 
 
-def huge_frame_tiff() -> bytes:
-    small = Image.new("1", (100, 50), 1)
-    huge = Image.new("1", (20000, 20000), 1)  # 400 M pixels, a few KB as CCITT G4
+def raw_pdf(kids: bytes, count: int, media_box: bytes = b"0 0 200 100") -> bytes:
+    """A catalog, a /Pages node with these /Kids, one page."""
+    return pdf_of({1: b"<< /Type /Catalog /Pages 2 0 R >>",
+                   2: b"<< /Type /Pages /Kids [" + kids + b"] /Count %d >>" % count,
+                   3: b"<< /Type /Page /Parent 2 0 R /MediaBox [" + media_box + b"] >>"})
+
+
+def deep_pdf(depth: int) -> bytes:
+    """One page at the bottom of a page tree `depth` /Pages nodes deep."""
+    objects = {1: b"<< /Type /Catalog /Pages 2 0 R >>"}
+    for level in range(depth):
+        number = level + 2
+        parent = b" /Parent %d 0 R" % (number - 1) if level else b""
+        objects[number] = b"<< /Type /Pages /Kids [%d 0 R] /Count 1%s >>" % (number + 1, parent)
+    objects[depth + 2] = (b"<< /Type /Page /Parent %d 0 R /MediaBox [0 0 200 100] >>"
+                          % (depth + 1))
+    return pdf_of(objects)
+
+
+def bomb_pdf(megabytes: int) -> bytes:
+    """One page whose content stream inflates from a few hundred KB to `megabytes` MB."""
+    packed = zlib.compress(b" " * (megabytes * 2**20), 9)
+    return pdf_of({1: b"<< /Type /Catalog /Pages 2 0 R >>",
+                   2: b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+                   3: b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 200 100] "
+                      b"/Contents 4 0 R >>",
+                   4: b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(packed)
+                      + packed + b"\nendstream"})
+
+
+def tiff_of(frames: list[Image.Image]) -> bytes:
     buffer = io.BytesIO()
-    small.save(buffer, format="TIFF", save_all=True, append_images=[huge],
-               compression="group4")
+    frames[0].save(buffer, format="TIFF", save_all=True, append_images=frames[1:],
+                   compression="group4")
     return buffer.getvalue()
+
+
+def huge_frame_tiff() -> bytes:
+    # 400 M pixels, a few KB as CCITT G4
+    return tiff_of([Image.new("1", (100, 50), 1), Image.new("1", (20000, 20000), 1)])
 
 
 HOSTILE = {
@@ -53,6 +86,24 @@ HOSTILE = {
     "a page tree that contains itself": (raw_pdf(b"2 0 R 3 0 R", 1), {}),
     "a 20000 x 20000 frame not read": (huge_frame_tiff(), {"pageRange": "1"}),
 }
+
+
+# Each asked back in every format: a 2xx answer or a 4xx JSON error, never the gateway's
+# memory (the worker refuses what is over its limits; the gateway builds nothing unbounded).
+FUZZ = {
+    **HOSTILE,
+    "a MediaBox a billion points wide": raw_pdf(b"3 0 R", 1, b"0 0 1000000000 1000000000"),
+    "a page tree 3000 levels deep": deep_pdf(3000),
+    "a content stream that inflates to 256 MB": bomb_pdf(256),
+    "5000 one-pixel frames": tiff_of([Image.new("1", (1, 1), 1)] * 5000),
+    "frames of mixed sizes, one of 12000 x 12000": tiff_of(
+        [Image.new("1", (120, 60), 1), Image.new("1", (12000, 12000), 1),
+         Image.new("1", (60, 120), 1)]),
+}
+FUZZ = {name: (value if isinstance(value, tuple) else (value, {}))
+        for name, value in FUZZ.items()}
+EVERY_ACCEPT = ["application/json", "application/x-ndjson", "text/plain", "application/pdf",
+                "application/zip", "application/alto+xml", "text/vnd.hocr+html"]
 
 
 @pytest.fixture(scope="module")
@@ -95,3 +146,21 @@ def test_a_hostile_document_is_refused_in_every_output_without_costing_the_gatew
     after = requests.post(f"{url}/ocr", headers={"Accept": accept}, timeout=60,
                           json={"file": base64.b64encode(good).decode()})
     assert after.status_code == 200  # and the next document is served
+
+
+@pytest.mark.parametrize("name", list(FUZZ))
+def test_every_output_of_a_hostile_document_is_bounded(gateway, name):
+    process, url = gateway
+    data, fields = FUZZ[name]
+    body = {"file": base64.b64encode(data).decode(), "returnPartialResults": True, **fields}
+    before = gateway_rss_mib(process)
+    for accept in EVERY_ACCEPT:
+        answer = requests.post(f"{url}/ocr", headers={"Accept": accept}, timeout=120,
+                               json=body)
+        assert answer.status_code in (200, 413, 422), (accept, answer.text[:300])
+        if answer.status_code != 200:
+            assert answer.headers["Content-Type"].startswith("application/json"), accept
+            assert answer.json()["errorCode"] == answer.status_code
+        elif accept == "application/x-ndjson":  # an error can come as the stream's last line
+            assert json.loads(answer.text.splitlines()[-1])["done"] is True
+        assert gateway_rss_mib(process) - before < 150, accept  # the gateway's memory held

@@ -10,6 +10,7 @@ import sqlite3
 import threading
 import time
 import uuid
+from dataclasses import replace
 
 import redis
 from flask import Blueprint, Response, request, stream_with_context
@@ -85,7 +86,8 @@ def create_blueprint(jobs) -> Blueprint:
         plan = jobs.service.plan(fields, file_bytes)
         current_log_id.set(plan.request.log_id)
         job = Job(id=uuid.uuid4().hex, client=client_identity(),
-                  spec=job_spec(plan, fields, callback_url, base_url()))
+                  spec=replace(job_spec(plan, fields, callback_url, base_url()),
+                               cache_control=request.headers.get("Cache-Control")))
         try:
             jobs.store.create(job, plan.request.file_bytes, jobs.limits)
         except LimitExceeded as exc:

@@ -40,6 +40,7 @@ class JobSpec:
     partial: bool
     callback_url: str | None = None
     base_url: str = ""  # where the job was submitted, for URLs in the callback
+    cache_control: str | None = None  # the request's Cache-Control (the page cache)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))

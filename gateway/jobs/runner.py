@@ -257,8 +257,10 @@ class JobRunner:
             fields["pageRange"] = page_range_text(remaining)
         plan = self.service.plan(fields, document)
         # batch priority: jobs never starve interactive /ocr calls
+        policy = self.service.cache_policy(job.client, job.spec.cache_control)
         outcomes = self.service.pages_in_order(plan, keep_sending=keep_sending,
-                                               priority="batch")
+                                               priority="batch",
+                                               **({"cache": policy} if policy else {}))
         stored = 0
         try:
             for page in outcomes:

@@ -36,13 +36,15 @@ class Line:
 @dataclass
 class PageText:
     """One OCR'd page: where it is in the original file, its size in pixels as OCR'd, its
-    lines (empty for a page that failed, which then has `error`)."""
+    lines (empty for a page that failed, which then has `error`), and whether the page has
+    text of its own (textLayer "auto" said so: the searchable PDF adds no second layer)."""
 
     page_index: int
     width: float
     height: float
     lines: list[Line] = field(default_factory=list)
     error: str | None = None
+    own_text: bool = False
 
 
 def _poly(raw: Any) -> tuple[Point, Point, Point, Point] | None:
@@ -64,6 +66,14 @@ def _box_poly(raw: Any) -> tuple[Point, Point, Point, Point] | None:
     except (TypeError, ValueError):
         return None
     return (x0, y0), (x1, y0), (x1, y1), (x0, y1)
+
+
+def has_own_text(pruned: dict[str, Any] | None) -> bool:
+    """Whether the worker found a text layer on the page (`model_settings.text_layer`, set
+    only with textLayer "auto": "used" when the lines are that text, "unused" when the page
+    was OCR'd all the same)."""
+    settings = pruned.get("model_settings") if isinstance(pruned, dict) else None
+    return isinstance(settings, dict) and settings.get("text_layer") in ("used", "unused")
 
 
 def page_lines(pruned: dict[str, Any] | None) -> list[Line]:

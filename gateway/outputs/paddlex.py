@@ -125,4 +125,4 @@ def page_layout(page: PageOutcome) -> layout.PageText:
     pruned = (page.ocr_result or {}).get("prunedResult") if not page.error_code else None
     return layout.PageText(page.page_index, float(size.get("width") or 0),
                            float(size.get("height") or 0), layout.page_lines(pruned),
-                           page.error_msg or None)
+                           page.error_msg or None, layout.has_own_text(pruned))

@@ -9,7 +9,9 @@ first becomes a PDF with one page per image (image_pdf.py).
 
 The worker OCR'd a page as pdfium renders it: the CropBox (clipped to the MediaBox), turned
 by /Rotate, at some pixels per point. The layer is drawn in those pixels, so placing it means
-scaling pixels to the visible box's points and undoing the rotation (placement_matrix)."""
+scaling pixels to the visible box's points and undoing the rotation (placement_matrix).
+Pages that have text of their own (PageText.own_text: the worker read them with textLayer
+"auto") get no layer."""
 
 from __future__ import annotations
 
@@ -131,7 +133,10 @@ def _save(document: pikepdf.Pdf) -> bytes:
 
 def searchable_pdf(file_bytes: bytes, kind: str, pages: list[PageText],
                    fonts: tuple[str, ...]) -> bytes:
-    """The input with each OCR'd page's lines as an invisible, extractable text layer."""
+    """The input with each OCR'd page's lines as an invisible, extractable text layer; a page
+    that has text of its own (textLayer "auto") is left as it is, as OCRmyPDF's --skip-text
+    does: its text is extractable already, and a second layer would double it."""
+    pages = [page for page in pages if not page.own_text]
     text = "".join(line.text for page in pages for line in page.lines)
     with _open(file_bytes, kind) as document:
         if not text:

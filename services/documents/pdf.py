@@ -103,3 +103,276 @@ def _compose(inner: tuple[float, float, float, float], outer: tuple[float, float
     a, b, c, d = inner
     oa, ob, oc, od = outer
     return a * oa + b * oc, a * ob + b * od, c * oa + d * oc, c * ob + d * od
+
+
+# ---- the text layer --------------------------------------------------------------------------
+# Characters drawn in these text render modes are not seen: 3 is invisible (an OCR layer over a
+# scan, hidden text), 7 only adds to the clipping path.
+HIDDEN_RENDER_MODES = frozenset({pdfium_c.FPDF_TEXTRENDERMODE_INVISIBLE,
+                                 pdfium_c.FPDF_TEXTRENDERMODE_CLIP})
+# Annotations whose appearance draws text that is not in the page's text (form field values,
+# typewriter notes, stamps)
+TEXT_ANNOTATIONS = frozenset({pdfium_c.FPDF_ANNOT_WIDGET, pdfium_c.FPDF_ANNOT_FREETEXT,
+                              pdfium_c.FPDF_ANNOT_STAMP})
+# A gap wider than this many line heights ends a line (table cells, columns), as text
+# detection splits them
+LINE_GAP = 1.0
+# A line's box is its glyphs' ink padded by this share of its font size (em) on every side, as
+# text detection draws it (measured against PP-OCR's boxes on the same pages: tests/
+# test_text_layer.py)
+LINE_PAD = 0.25
+LIGATURES = str.maketrans({"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb03": "ffi",
+                           "\ufb04": "ffl", "\ufb05": "st", "\ufb06": "st"})
+Point = tuple[float, float]
+Rect = tuple[float, float, float, float]  # x0, y0, x1, y1
+
+
+@dataclass(frozen=True)
+class LayerLine:
+    """One line of a page's own text: its text, its quadrilateral in pixels of the page as
+    rendered (top-left, top-right, bottom-right, bottom-left as the text reads, y downwards),
+    and its words and the spaces between them, each with its pixel box."""
+
+    text: str
+    poly: tuple[Point, Point, Point, Point]
+    words: tuple[tuple[str, Rect], ...]
+
+
+@dataclass(frozen=True)
+class TextLayer:
+    """What a page's own text layer holds: its visible lines, and counts of its characters
+    (not spaces): seen, hidden (render mode 3 or 7), without a usable Unicode value."""
+
+    lines: list[LayerLine]
+    visible: int
+    hidden: int
+    unmapped: int
+
+
+@dataclass
+class _Char:
+    text: str
+    quarter: int  # quarter turns of the text direction, counterclockwise in user space
+    rect: Rect  # the font's box (ascent to descent), in the reading frame: text runs +x, y up
+    ink: Rect  # the glyph's own box, in the same frame
+    em: float  # the font size, in user space units
+
+
+def text_annotations(page: pdfium.PdfPage) -> int:
+    """How many of the page's annotations draw text of their own (TEXT_ANNOTATIONS). The
+    caller holds PDFIUM_LOCK."""
+    found = 0
+    for i in range(max(pdfium_c.FPDFPage_GetAnnotCount(page.raw), 0)):
+        annot = pdfium_c.FPDFPage_GetAnnot(page.raw, i)
+        if annot:
+            found += pdfium_c.FPDFAnnot_GetSubtype(annot) in TEXT_ANNOTATIONS
+            pdfium_c.FPDFPage_CloseAnnot(annot)
+    return found
+
+
+def read_text_layer(page: pdfium.PdfPage, width_px: int, height_px: int) -> TextLayer:
+    """The page's own text (pdfium's characters) grouped into lines, in pixels of the page
+    rendered `width_px` x `height_px` (crop box, /Rotate and all, as page.render draws it).
+    Characters are taken in content order; a line ends at pdfium's line breaks, at a change
+    of direction, where the next character is not beside the last one (their font boxes,
+    ascent to descent, overlap less than half) or is LINE_GAP line heights away. A line's
+    box is its glyphs' ink padded by LINE_PAD em; lines come in PaddleOCR's order. Hidden
+    characters and those without Unicode are counted, not read; characters outside the
+    visible page are left out. The caller holds PDFIUM_LOCK."""
+    to_px = _device_matrix(page, width_px, height_px)
+    textpage = page.get_textpage()
+    try:
+        chars, hidden, unmapped = _chars(textpage.raw, to_px, width_px, height_px)
+    finally:
+        textpage.close()
+    visible = sum(1 for char in chars if char is not None and not char.text.isspace())
+    lines = [line for run in _group(chars) if (line := _line(run, to_px)) is not None]
+    return TextLayer(reading_order(lines), visible, hidden, unmapped)
+
+
+def reading_order(lines: list[LayerLine], same_row_px: float = 10.0) -> list[LayerLine]:
+    """Lines in the order PaddleOCR gives detected boxes (its sorted_boxes): by the top-left
+    corner, top to bottom, then left to right among corners less than `same_row_px` apart
+    vertically."""
+    ordered = sorted(lines, key=lambda line: (line.poly[0][1], line.poly[0][0]))
+    for i in range(len(ordered) - 1):
+        for j in range(i, -1, -1):
+            (ax, ay), (bx, by) = ordered[j].poly[0], ordered[j + 1].poly[0]
+            if abs(by - ay) < same_row_px and bx < ax:
+                ordered[j], ordered[j + 1] = ordered[j + 1], ordered[j]
+            else:
+                break
+    return ordered
+
+
+def _device_matrix(page: pdfium.PdfPage, width_px: int, height_px: int
+                   ) -> tuple[float, float, float, float, float, float]:
+    """(a, b, c, d, e, f): user space (x, y) -> pixels (a x + c y + e, b x + d y + f), from
+    pdfium's own page-to-device mapping (whole pixels, so measured over 10^4 points)."""
+    def device(x: float, y: float) -> tuple[int, int]:
+        dx, dy = ctypes.c_int(), ctypes.c_int()
+        pdfium_c.FPDF_PageToDevice(page.raw, 0, 0, width_px, height_px, 0, x, y, dx, dy)
+        return dx.value, dy.value
+
+    span = 10000.0
+    ox, oy = device(0.0, 0.0)
+    xx, xy = device(span, 0.0)
+    yx, yy = device(0.0, span)
+    return ((xx - ox) / span, (xy - oy) / span, (yx - ox) / span, (yy - oy) / span,
+            float(ox), float(oy))
+
+
+def _apply(m, x: float, y: float) -> Point:
+    return m[0] * x + m[2] * y + m[4], m[1] * x + m[3] * y + m[5]
+
+
+def _turn(quarter: int, x: float, y: float) -> Point:
+    """(x, y) turned by -quarter quarter turns: into the reading frame."""
+    return ((x, y), (y, -x), (-x, -y), (-y, x))[quarter]
+
+
+def _unturn(quarter: int, x: float, y: float) -> Point:
+    return ((x, y), (-y, x), (-x, -y), (y, -x))[quarter]
+
+
+def _chars(raw, to_px, width_px: int, height_px: int
+           ) -> tuple[list[_Char | None], int, int]:
+    """The page's characters in content order (None for a line break), with the counts of
+    hidden and unmapped ones. Raw calls: a dense page is thousands of characters."""
+    chars: list[_Char | None] = []
+    hidden = unmapped = 0
+    modes: dict[int, int] = {}
+    box = pdfium_c.FS_RECTF()
+    left, right, bottom, top = (ctypes.c_double() for _ in range(4))
+    matrix = pdfium_c.FS_MATRIX()
+    for i in range(max(pdfium_c.FPDFText_CountChars(raw), 0)):
+        code = pdfium_c.FPDFText_GetUnicode(raw, i)
+        if code in (0x0A, 0x0D):
+            chars.append(None)
+            continue
+        text = chr(code) if 0 < code < 0x110000 else "\ufffd"
+        if text.isspace():
+            chars.append(_Char(" ", 0, (0.0, 0.0, 0.0, 0.0), (0.0, 0.0, 0.0, 0.0), 0.0))
+            continue
+        if pdfium_c.FPDFText_IsGenerated(raw, i) == 1:
+            continue
+        obj = pdfium_c.FPDFText_GetTextObject(raw, i)
+        key = ctypes.cast(obj, ctypes.c_void_p).value or 0
+        if key not in modes:
+            modes[key] = pdfium_c.FPDFTextObj_GetTextRenderMode(obj) if obj else 0
+        if modes[key] in HIDDEN_RENDER_MODES:
+            hidden += 1
+            continue
+        if (text == "\ufffd" or code < 0x20 or 0xE000 <= code <= 0xF8FF
+                or pdfium_c.FPDFText_HasUnicodeMapError(raw, i) == 1):
+            unmapped += 1
+            continue
+        if not pdfium_c.FPDFText_GetLooseCharBox(raw, i, box):
+            continue
+        x0, x1 = sorted((box.left, box.right))
+        y0, y1 = sorted((box.bottom, box.top))
+        cx, cy = _apply(to_px, (x0 + x1) / 2, (y0 + y1) / 2)
+        if not (0 <= cx <= width_px and 0 <= cy <= height_px):
+            continue  # outside the visible box: not on the page as seen
+        angle = pdfium_c.FPDFText_GetCharAngle(raw, i)
+        quarter = round(angle / (math.pi / 2)) % 4 if angle >= 0 else 0
+        if not pdfium_c.FPDFText_GetCharBox(raw, i, left, right, bottom, top):
+            left.value, right.value, bottom.value, top.value = x0, x1, y0, y1
+        em = pdfium_c.FPDFText_GetFontSize(raw, i)
+        if pdfium_c.FPDFText_GetMatrix(raw, i, matrix):
+            em *= math.hypot(matrix.c, matrix.d)
+        if not (em > 0 and math.isfinite(em)):
+            em = (x1 - x0, y1 - y0)[quarter % 2 == 0] / 1.2
+        chars.append(_Char(text.translate(LIGATURES), quarter, _frame(quarter, x0, y0, x1, y1),
+                           _frame(quarter, left.value, bottom.value, right.value, top.value),
+                           em))
+    return chars, hidden, unmapped
+
+
+def _frame(quarter: int, x0: float, y0: float, x1: float, y1: float) -> Rect:
+    """A user-space rectangle in the reading frame."""
+    (ax, ay), (bx, by) = _turn(quarter, x0, y0), _turn(quarter, x1, y1)
+    return min(ax, bx), min(ay, by), max(ax, bx), max(ay, by)
+
+
+def _group(chars: list[_Char | None]) -> list[list[_Char]]:
+    """Runs of characters that make one line each (spaces kept inside a run)."""
+    runs: list[list[_Char]] = []
+    run: list[_Char] = []
+    last: _Char | None = None
+    for char in chars:
+        if char is None:
+            last = None
+            runs.append(run)
+            run = []
+            continue
+        if char.text == " ":
+            if run:
+                run.append(char)
+            continue
+        if last is not None and not _beside(last, char):
+            runs.append(run)
+            run = []
+        run.append(char)
+        last = char
+    runs.append(run)
+    return runs
+
+
+def _beside(last: _Char, char: _Char) -> bool:
+    """Whether `char` continues the line whose last character is `last`."""
+    if char.quarter != last.quarter:
+        return False
+    lx0, ly0, lx1, ly1 = last.rect
+    x0, y0, x1, y1 = char.rect
+    height = max(ly1 - ly0, y1 - y0, 1e-6)
+    overlap = min(ly1, y1) - max(ly0, y0)
+    if overlap < 0.5 * min(ly1 - ly0, y1 - y0):
+        return False
+    return -height <= x0 - lx1 <= LINE_GAP * height
+
+
+def _line(run: list[_Char], to_px) -> LayerLine | None:
+    """One run as a line: its text (spaces collapsed), its quadrilateral and its words."""
+    words: list[list[_Char]] = [[]]
+    for char in run:
+        if char.text == " ":
+            if words[-1]:
+                words.append([])
+        else:
+            words[-1].append(char)
+    words = [word for word in words if word]
+    if not words:
+        return None
+    quarter = words[0][0].quarter
+    x0 = min(c.ink[0] for word in words for c in word)
+    y0 = min(c.ink[1] for word in words for c in word)
+    x1 = max(c.ink[2] for word in words for c in word)
+    y1 = max(c.ink[3] for word in words for c in word)
+    pad = LINE_PAD * max(c.em for word in words for c in word)
+    x0, y0, x1, y1 = x0 - pad, y0 - pad, x1 + pad, y1 + pad
+
+    def pixel(x: float, y: float) -> Point:
+        px, py = _apply(to_px, *_unturn(quarter, x, y))
+        return round(px, 1), round(py, 1)
+
+    # top-left, top-right, bottom-right, bottom-left as the text reads (y up in the frame)
+    poly = (pixel(x0, y1), pixel(x1, y1), pixel(x1, y0), pixel(x0, y0))
+    tokens: list[tuple[str, Rect]] = []
+    end = x0
+    for number, word in enumerate(words):
+        wx0 = max(x0, min(c.ink[0] for c in word) - pad)
+        wx1 = min(x1, max(c.ink[2] for c in word) + pad)
+        if number:  # the space between two words, as PaddleOCR's word boxes have it
+            tokens.append((" ", _pixel_rect(pixel, end, max(end, wx0), y0, y1)))
+        tokens.append(("".join(c.text for c in word), _pixel_rect(pixel, wx0, wx1, y0, y1)))
+        end = wx1
+    return LayerLine(" ".join("".join(c.text for c in word) for word in words), poly,
+                     tuple(tokens))
+
+
+def _pixel_rect(pixel, x0: float, x1: float, y0: float, y1: float) -> Rect:
+    """The pixel bounding box of the frame rectangle [x0, x1] x [y0, y1]."""
+    points = [pixel(x, y) for x in (x0, x1) for y in (y0, y1)]
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    return min(xs), min(ys), max(xs), max(ys)

@@ -15,6 +15,8 @@ PAGES = "X-Ocr-Pages"  # gateway -> client: pages in a PDF/ZIP/text answer
 NUM_PAGES = "X-Num-Pages"  # gateway -> client: pages of a streamed document, before page 1
 SIGNATURE = "X-OCRFleet-Signature"  # gateway -> callback receiver: t=<unix s>,v1=<HMAC>
 JOB_ID = "X-OCRFleet-Job-Id"  # gateway -> callback receiver
+ENGINE = "X-Ocr-Engine"  # worker -> gateway: its engine identity (a digest; the page cache key)
+CACHED_PAGES = "X-Ocr-Cached-Pages"  # gateway -> client: pages answered from the page cache
 
 
 def int_header(headers: Mapping[str, str], name: str) -> int | None:

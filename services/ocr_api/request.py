@@ -1,6 +1,7 @@
 """Parsing and validating a PaddleX-serving `/ocr` request into an `OcrRequest`: the file's bytes
 and kind, the pipeline parameters (validated, snake_case for PaddleOCR), `visualize`, `logId`
-and our extension `pageRange`. Pure: works on dicts and bytes handed over by the web layer."""
+and our extensions `pageRange` and `textLayer`. Pure: works on dicts and bytes handed over by
+the web layer."""
 
 from __future__ import annotations
 
@@ -18,6 +19,12 @@ from .sniff import KIND_IMAGE, KIND_PDF, describe_kind, sniff_kind
 
 FILE_TYPE_PDF = 0
 FILE_TYPE_IMAGE = 1
+
+# `textLayer` (our extension): "ignore" OCRs every page, as PaddleX does; "auto" answers a PDF
+# page whose own text layer covers it from that text, without OCR (docs/text-layer.md)
+TEXT_LAYER_IGNORE = "ignore"
+TEXT_LAYER_AUTO = "auto"
+TEXT_LAYER_MODES = (TEXT_LAYER_IGNORE, TEXT_LAYER_AUTO)
 
 MAX_DATA_URI_HEADER = 256  # "data:application/pdf;base64," and the like
 
@@ -92,6 +99,7 @@ class OcrRequest:
     api_params: dict[str, Any] = field(default_factory=dict)  # camelCase, as the caller sent
     visualize: bool | None = None
     page_range: str | None = None
+    text_layer: str = TEXT_LAYER_IGNORE
 
     def forward_body(self, file_bytes: bytes, kind: str, page_range: str | None = None) -> dict:
         """A PaddleX-shaped JSON body carrying these parameters for other file bytes (the
@@ -226,9 +234,18 @@ def _parse(fields, log_id, max_bytes, file_bytes, fetch_url) -> OcrRequest:
             raise unprocessable("pageRange must be a string such as \"1-3,7\" (1-based pages)")
         validate_page_range_syntax(page_range)
 
+    text_layer = fields.get("textLayer")
+    if text_layer is None:
+        text_layer = TEXT_LAYER_IGNORE
+    text_layer = _one_of(*TEXT_LAYER_MODES)("textLayer", text_layer)
+    if text_layer != TEXT_LAYER_IGNORE:
+        # in api_params: forwarded with every chunk, and part of what a page was read with;
+        # the default is left out, so that "ignore" and no field are one request
+        api_params["textLayer"] = text_layer
+
     return OcrRequest(log_id=log_id, file_bytes=file_bytes, kind=kind,
                       pipeline_params=pipeline_params, api_params=api_params,
-                      visualize=visualize, page_range=page_range)
+                      visualize=visualize, page_range=page_range, text_layer=text_layer)
 
 
 def _file_bytes_from_field(fields, max_bytes, fetch_url) -> bytes:

@@ -131,7 +131,7 @@ class Env:
         close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
         hint = f": did you mean {close[0]}?" if close else (
             f": the variables starting with {prefix} that this service reads are listed in "
-            "the README's configuration tables")
+            "docs/configuration.md")
         others = f" (and {len(unknown) - 1} more: {', '.join(unknown[1:4])})" \
             if len(unknown) > 1 else ""
         raise ConfigError(f"{name} is not a setting of this service{hint}{others}")

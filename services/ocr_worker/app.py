@@ -12,6 +12,7 @@ from flask import Flask, request
 from services.flask_common import (create_service_app, json_response, outcome_of,
                                    read_ocr_fields)
 from services.flask_common.access import AccessPolicy
+from services.ocr_api.headers import ENGINE
 from services.ocr_api.logs import current_log_id
 
 from . import metrics
@@ -60,6 +61,9 @@ def create_app(config: WorkerConfig | None = None, engine: Engine | None = None,
             capacity = service.capacity()
             response.headers.update(capacity_headers(capacity["slots"], capacity["free"]))
             response.headers.update(service.presence.answer_headers(request.headers))
+            identity = service.engine_identity()
+            if identity:
+                response.headers[ENGINE] = identity
         return response
 
     if start:

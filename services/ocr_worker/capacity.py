@@ -1,4 +1,4 @@
-"""The worker's side of flow control with the gateway (README "Flow control"): how much room
+"""The worker's side of flow control with the gateway (docs/design.md "Flow control"): how much room
 the worker has, told on every /ocr answer, and how long the caller will still wait, told on
 every request.
 

@@ -1,5 +1,5 @@
 """WorkerConfig: every setting of the OCR worker, read once from the environment and validated
-(the README's configuration table lists the same variables)."""
+(docs/configuration.md lists the same variables)."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ class WorkerConfig:
     stall_timeout_s: float = 120.0  # per page in the engine; see health.py
     warmup: bool = True
 
-    # memory (README "Memory")
+    # memory (docs/operations.md "Memory")
     page_window: int = 2
     ort_cpu_arena: bool = False
     trim_min_pixels: int = 1_000_000

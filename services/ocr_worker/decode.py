@@ -1,7 +1,8 @@
 """Turning a validated request's bytes into page images: images decoded with OpenCV after a
 header check (size, pixel budget, integrity), PDFs opened with pypdfium2 and rendered one page
-at a time: a scanned page at its scan's resolution, any other at the configured DPI. Every
-failure is an ApiError with a message a caller can act on.
+at a time: a scanned page at its scan's resolution, any other at the configured DPI; with
+`textLayer: "auto"`, a page whose own text covers it is read from that text, not rendered.
+Every failure is an ApiError with a message a caller can act on.
 
 pdfium is not thread-safe, so every pdfium call holds the process's one PDFIUM_LOCK
 (services.documents.pdf); opening, counting and page limits are shared with the gateway
@@ -21,10 +22,12 @@ import pypdfium2 as pdfium
 from PIL import Image
 
 from services.documents.pages import select_pages
-from services.documents.pdf import PDFIUM_LOCK, PlacedImage, open_pdf, placed_images
+from services.documents.pdf import (PDFIUM_LOCK, LayerLine, PlacedImage, TextLayer, open_pdf,
+                                    placed_images, read_text_layer, text_annotations)
 from services.documents.tiff import count_tiff_frames
 from services.ocr_api.errors import ApiError, excerpt, unprocessable
-from services.ocr_api.request import OcrRequest, resolve_page_range
+from services.ocr_api.request import (TEXT_LAYER_AUTO, TEXT_LAYER_IGNORE, OcrRequest,
+                                      resolve_page_range)
 from services.ocr_api.sniff import KIND_PDF, is_tiff
 from services.ocr_worker.config import WorkerConfig
 
@@ -34,6 +37,15 @@ KIND_TIFF = "tiff"
 # (a logo, a stamp) do not set its resolution.
 SCAN_COVERAGE = 0.5
 MIN_IMAGE_SHARE = 0.05
+# What `textLayer: "auto"` found on a page (prunedResult.model_settings.text_layer): "used",
+# its lines come from the page's own text and OCR did not run; "unused", the page has text
+# but it does not cover the page (only hidden text: an earlier OCR's layer; a scan; text in
+# form fields or annotations; characters without Unicode), so it was OCR'd. A page without
+# text has no mark. Either mark means the searchable PDF adds no second layer.
+TEXT_LAYER_USED = "used"
+TEXT_LAYER_UNUSED = "unused"
+# over this share of a page's characters without a Unicode value, its text is not read
+MAX_UNMAPPED_SHARE = 0.1
 
 # We check pixel counts ourselves, against the configured limit; PIL's warnings about corrupt
 # files become our 422s instead (a process-wide filter: catch_warnings is not thread-safe).
@@ -49,17 +61,30 @@ class DecodeLimits:
     scan_dpi_max: float = WorkerConfig.pdf_scan_dpi_max
 
 
+@dataclass(frozen=True)
+class TextLayerPage:
+    """A PDF page read from its own text layer instead of being rendered: its size in pixels
+    as it would have been rendered, and its lines in those pixels."""
+
+    width: int
+    height: int
+    lines: list[LayerLine]
+
+
 class Document:
     """The selected pages of one input, rendered lazily in page order. `page_bytes` is the
     size of the largest rendered page (BGR), known before any page is rendered, so that the
-    worker can reserve memory for the pages it will hold at once."""
+    worker can reserve memory for the pages it will hold at once. With `textLayer: "auto"` a
+    PDF page may come as a TextLayerPage instead, and `text_layer_marks` says, by position
+    among the selected pages, what each page's text layer was (TEXT_LAYER_USED/UNUSED)."""
 
     kind: str
     total_pages: int
     page_indices: list[int]
     page_bytes: int
+    text_layer_marks: dict[int, str] = {}
 
-    def pages(self) -> Iterator[np.ndarray]:
+    def pages(self) -> Iterator[np.ndarray | TextLayerPage]:
         raise NotImplementedError
 
     def close(self) -> None:
@@ -88,18 +113,49 @@ class PdfDocument(Document):
     takes."""
 
     def __init__(self, pdf: pdfium.PdfDocument, page_indices: list[int], total_pages: int,
-                 limits: DecodeLimits):
+                 limits: DecodeLimits, text_layer: str = TEXT_LAYER_IGNORE):
         self.kind = KIND_PDF
         self.total_pages = total_pages
         self.page_indices = page_indices
+        self.text_layer_marks = {}
         self._pdf = pdf
         self._limits = limits
+        self._text_layer = text_layer
         self._scales: dict[int, float] = {}
         self.page_bytes = self._plan_pages()
 
-    def pages(self) -> Iterator[np.ndarray]:
-        for index in self.page_indices:
+    def pages(self) -> Iterator[np.ndarray | TextLayerPage]:
+        for position, index in enumerate(self.page_indices):
+            if self._text_layer == TEXT_LAYER_AUTO:
+                page = self._read_text_layer(position, index)
+                if page is not None:
+                    yield page
+                    continue
             yield self._render(index)
+
+    def _read_text_layer(self, position: int, index: int) -> TextLayerPage | None:
+        """The page from its own text when that covers it (no render: the size is the one it
+        would be rendered at); None to render and OCR it. Marks the page either way."""
+        with PDFIUM_LOCK:
+            page = None
+            try:
+                page = self._pdf[index]
+                width_pt, height_pt = page.get_size()
+                scale = self._scales.get(index) or self._page_scale(page, index)
+                width, height = math.ceil(width_pt * scale), math.ceil(height_pt * scale)
+                layer = read_text_layer(page, width, height)
+                verdict = text_layer_verdict(layer, placed_images(page), text_annotations(page),
+                                             width_pt, height_pt)
+            except (ApiError, pdfium.PdfiumError):
+                return None  # reported when the page is rendered
+            finally:
+                if page is not None:
+                    page.close()
+        if verdict is not None:
+            self.text_layer_marks[position] = verdict
+        if verdict != TEXT_LAYER_USED:
+            return None
+        return TextLayerPage(width, height, layer.lines)
 
     def _plan_pages(self) -> int:
         """Fill in each page's scale; returns the largest rendered page's bytes."""
@@ -153,6 +209,28 @@ class PdfDocument(Document):
             self._pdf.close()
 
 
+def text_layer_verdict(layer: TextLayer, images: list[PlacedImage], annotations: int,
+                       width_pt: float, height_pt: float) -> str | None:
+    """Whether a page's own text covers it (TEXT_LAYER_USED), it has text that does not
+    (TEXT_LAYER_UNUSED), or it has none (None). Only text a reader sees is used: a hidden
+    layer is another OCR's reading of a scan (or text put there for machines alone), so the
+    page is read again; a scan may hold text its layer lacks, and so may annotations (form
+    field values, notes, stamps), which are not in the page's text; characters without a
+    Unicode value (fonts without a ToUnicode map) would come out as garbage."""
+    if layer.visible + layer.hidden + layer.unmapped == 0:
+        return None
+    if (not layer.lines or is_scan(images, width_pt, height_pt) or annotations
+            or layer.unmapped > MAX_UNMAPPED_SHARE * (layer.visible + layer.unmapped)):
+        return TEXT_LAYER_UNUSED
+    return TEXT_LAYER_USED
+
+
+def is_scan(images: list[PlacedImage], width_pt: float, height_pt: float) -> bool:
+    """Images cover at least SCAN_COVERAGE of the page."""
+    covered = sum(image.width_pt * image.height_pt for image in images)
+    return bool(images) and covered >= SCAN_COVERAGE * width_pt * height_pt
+
+
 def page_dpi(images: list[PlacedImage], width_pt: float, height_pt: float,
              limits: DecodeLimits) -> float:
     """The resolution to render a page at. A scan (images covering SCAN_COVERAGE of the page)
@@ -162,8 +240,7 @@ def page_dpi(images: list[PlacedImage], width_pt: float, height_pt: float,
     and memory). Any other page is text and vectors: the configured DPI, chosen for text
     size."""
     page_area = width_pt * height_pt
-    covered = sum(image.width_pt * image.height_pt for image in images)
-    if not images or not covered >= SCAN_COVERAGE * page_area:
+    if not is_scan(images, width_pt, height_pt):
         return limits.pdf_dpi
     # a scan cut into small tiles has no image over the share: then all of them count
     measured = [image for image in images
@@ -302,4 +379,4 @@ def _open_pdf(request: OcrRequest, limits: DecodeLimits) -> PdfDocument:
         with PDFIUM_LOCK:
             pdf.close()
         raise
-    return PdfDocument(pdf, indices, total, limits)
+    return PdfDocument(pdf, indices, total, limits, request.text_layer)

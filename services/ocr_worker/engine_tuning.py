@@ -1,5 +1,5 @@
 """What the worker changes in PaddleOCR's pipeline after building it, each change measured
-(README "Engine speed") and shown not to alter the text on the accuracy corpus
+(docs/benchmarks.md "Engine speed") and shown not to alter the text on the accuracy corpus
 (`make bench-accuracy`):
 
 - the backend: `OCR_BACKEND=auto` resolves to onnxruntime everywhere (the images' backend);
@@ -26,7 +26,7 @@ def resolve_backend(config: WorkerConfig) -> str:
     """The backend `auto` stands for: onnxruntime, on every machine, so that `make run`, the
     images and the manifests run the engine their memory limits were measured on. OpenVINO
     bf16 is ~1.7x faster on a CPU with bf16 but holds ~1.1 GB after large scans where
-    onnxruntime holds ~0.4 GB (issue 26; README "Engine speed"): it is a choice, not a
+    onnxruntime holds ~0.4 GB (issue 26; docs/benchmarks.md "Engine speed"): it is a choice, not a
     default."""
     return "onnxruntime" if config.backend == "auto" else config.backend
 

@@ -1,4 +1,4 @@
-"""Keeping a worker's memory flat (README "Memory"): reading the process's resident memory,
+"""Keeping a worker's memory flat (docs/operations.md "Memory"): reading the process's resident memory,
 handing freed heap back to the OS after large pages, and noticing when the steady level passes
 the configured ceiling (the process is then replaced: services/ocr_worker/recycle.py).
 

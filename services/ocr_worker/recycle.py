@@ -15,7 +15,7 @@ wires these functions in):
 
 If R cannot load its model it puts its own file in place of W's before SIGTTOU, so R is the
 one stopped, and W asks again later. Both processes exist for the model's load time: memory
-limits must leave room for a second baseline (README "Memory")."""
+limits must leave room for a second baseline (docs/operations.md "Memory")."""
 
 from __future__ import annotations
 

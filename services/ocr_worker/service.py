@@ -5,6 +5,7 @@ engine, the batcher and admission control of this process. No Flask here."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import deque
 from concurrent.futures import Future, TimeoutError as FutureTimeout
@@ -20,9 +21,10 @@ from .admission import Admission, MemoryBudget, Reservation
 from .batcher import DeadlineExceeded, EngineNotReady, InferenceBatcher
 from .capacity import Pace, Presence, capacity_json
 from .config import WorkerConfig
-from .decode import DecodeLimits, Document, open_document
-from .encode import data_info, encode_page
+from .decode import DecodeLimits, Document, TextLayerPage, open_document
+from .encode import TextLayerOutput, data_info, encode_page
 from .engine import Engine, create_engine
+from .identity import engine_identity
 from .memory import MIB, MemoryKeeper
 
 log = logging.getLogger("ocr_worker")
@@ -51,11 +53,24 @@ class OcrService:
                           if config.allow_url_input else None)
         self.visualize_by_default = (config.visualize_default
                                      and self.engine.unsupported({}, True) is None)
+        self._identity: str | None = None
+        self._identity_lock = threading.Lock()
         metrics.set_engine_info(self.engine.info)
         metrics.QUEUE_CAPACITY.set(config.queue_size)
 
     def start(self) -> None:
         self.batcher.start()
+
+    def engine_identity(self) -> str | None:
+        """What decides a page's result here (services/ocr_worker/identity.py), once the
+        engine is loaded (its info is complete then); computed once."""
+        if not self.batcher.ready.is_set():
+            return None
+        with self._identity_lock:
+            if self._identity is None:
+                self._identity = engine_identity(self.engine, self.config,
+                                                 self.visualize_by_default)
+        return self._identity
 
     def _observe_batcher(self, event: str, value) -> None:
         metrics.observe_batcher(event, value)
@@ -119,9 +134,12 @@ class OcrService:
         """Pages go to the inference queue as they are rendered and are encoded in order as
         they finish; at most OCR_PAGE_WINDOW rendered pages (queued, being inferred, or
         waiting to be encoded) exist at once, so memory does not grow with the page count.
-        Rendering stops at the deadline."""
+        Rendering stops at the deadline. A page read from its text layer (textLayer "auto")
+        skips the queue: its result is there at once."""
         visualize = bool(ocr_request.visualize)
-        window: deque[tuple[int, Future, Any]] = deque()
+        word_boxes = bool(ocr_request.pipeline_params.get("return_word_box"))
+        marks = document.text_layer_marks
+        window: deque[tuple[int, Future, Any, str | None]] = deque()
         results: list[dict[str, Any]] = []
         sizes: list[tuple[int, int]] = []
         pages = document.pages()
@@ -135,16 +153,24 @@ class OcrService:
                 image = next(pages, None)
                 if image is None:
                     break
+                if isinstance(image, TextLayerPage):
+                    sizes.append((image.width, image.height))
+                    future = Future()
+                    future.set_result(TextLayerOutput(image.lines, word_boxes))
+                    window.append((len(sizes) - 1, future, None, marks.get(len(sizes) - 1)))
+                    del image, future
+                    continue
                 metrics.STAGE_SECONDS.labels("render").observe(time.monotonic() - started)
                 sizes.append((int(image.shape[1]), int(image.shape[0])))
                 future = self._submit(image, ocr_request.pipeline_params, deadline,
                                       len(sizes))
-                window.append((len(sizes) - 1, future, image if visualize else None))
+                window.append((len(sizes) - 1, future, image if visualize else None,
+                               marks.get(len(sizes) - 1)))
                 del image, future
             while window:
                 results.append(self._encode(*window.popleft(), visualize, deadline))
         except BaseException:
-            for _, future, _ in window:
+            for _, future, _, _ in window:
                 future.cancel()
             metrics.PAGES.labels("failed").inc(len(sizes) - len(results))
             raise
@@ -170,8 +196,8 @@ class OcrService:
         except DeadlineExceeded:
             raise self._deadline_error(deadline, page_number) from None
 
-    def _encode(self, index: int, future: Future, input_image, visualize: bool,
-                deadline: float) -> dict[str, Any]:
+    def _encode(self, index: int, future: Future, input_image, text_layer: str | None,
+                visualize: bool, deadline: float) -> dict[str, Any]:
         try:
             output = future.result(timeout=max(0.0, deadline - time.monotonic()))
         except (FutureTimeout, DeadlineExceeded):
@@ -183,7 +209,7 @@ class OcrService:
             raise ApiError(500, f"OCR failed on page {index + 1}: {type(exc).__name__}") \
                 from None
         started = time.monotonic()
-        encoded = encode_page(output, input_image, visualize)
+        encoded = encode_page(output, input_image, visualize, text_layer)
         metrics.STAGE_SECONDS.labels("encode").observe(time.monotonic() - started)
         return encoded
 

@@ -1,0 +1,188 @@
+"""What decides a page's result, as one cache key: the page's content, the engine that read
+it (the replica says which: `X-Ocr-Engine`, services/ocr_worker/identity.py), the request's
+OCR parameters, and the scope (whose entry it is). Pure.
+
+The page's content is the exact document the replica is sent (a chunk cut by gateway.split,
+or the whole file), with one exception: a PDF chunk that pdfium wrote carries a random
+trailer /ID and an /Info dictionary with the time it was written, and its objects are
+numbered in the order the source file numbered them, so the same page cut twice, or cut
+from another file, is never the same bytes (measured: docs/cache.md). Its digest is
+therefore taken over its object graph from /Root: each object's text with every reference
+replaced by the digest of the object it names (a Merkle hash), stream data as it is stored.
+/Info and /ID are not reachable from /Root and do not change what a replica renders; every
+byte that does (content streams, resources, fonts, images, boxes, rotation) is in the graph."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from typing import Any
+
+VERSION = b"ocrfleet-page-cache-1"
+
+# Request fields that never change a page's result: where it goes, how it is named or
+# split, whether partial results are wanted. Everything else the worker reads is in the key.
+NOT_IN_KEY = frozenset({"logId", "pageRange", "returnPartialResults", "file", "fileType",
+                        "callbackUrl"})
+
+_OBJ = re.compile(rb"(\d+)\s+(\d+)\s+obj\b")
+_REF = re.compile(rb"(?<![\d.])(\d+)\s+(\d+)\s+R\b")
+_LENGTH = re.compile(rb"/Length\s+(\d+)(?!\s+\d+\s+R)")
+_ROOT = re.compile(rb"/Root\s+(\d+)\s+(\d+)\s+R")
+_STREAM = re.compile(rb"stream\r?\n")
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def pdf_chunk_digest(data: bytes) -> str:
+    """The digest of a PDF chunk written by pdfium (classic xref, no object streams) over
+    its object graph from /Root; the whole file's sha256 when it cannot be read that way
+    (correct still: only the same bytes then share an entry)."""
+    try:
+        objects = _objects(data)
+        trailer = data.rfind(b"trailer")
+        root = _ROOT.search(data, trailer if trailer >= 0 else 0)
+        if not objects or root is None:
+            raise ValueError("no objects or no /Root")
+        digest = _Merkle(objects).digest((int(root.group(1)), int(root.group(2))))
+        return "pdfgraph:" + digest
+    except (ValueError, RecursionError):
+        return "bytes:" + sha256(data)
+
+
+_WHITESPACE = b" \t\r\n\f\0"
+
+
+def _objects(data: bytes) -> dict[tuple[int, int], tuple[bytes, bytes]]:
+    """(number, generation) -> (the object's text before any stream, the stream's bytes).
+    Every byte between the header and the xref table must belong to an object (whitespace
+    aside), or this is not a file pdfium wrote and ValueError says so: nothing that could
+    change a page is ever left out of its digest."""
+    if not data.startswith(b"%PDF-") or b"/ObjStm" in data or b"/XRefStm" in data:
+        raise ValueError("not a plain PDF")
+    first = _OBJ.search(data)
+    if first is None or first.start() > 64:
+        raise ValueError("no object after the header")
+    objects: dict[tuple[int, int], tuple[bytes, bytes]] = {}
+    position = first.start()
+    while True:
+        while position < len(data) and data[position] in _WHITESPACE:
+            position += 1
+        if data.startswith(b"xref", position):
+            return objects
+        match = _OBJ.match(data, position)
+        if match is None:
+            raise ValueError("bytes outside any object")
+        ref = (int(match.group(1)), int(match.group(2)))
+        if ref in objects:
+            raise ValueError("an object defined twice")
+        start = match.end()
+        end = data.find(b"endobj", start)
+        if end < 0:
+            raise ValueError("an object without endobj")
+        stream_at = data.find(b"stream", start, end)
+        if stream_at >= 0:
+            head = data[start:stream_at]
+            opening = _STREAM.match(data, stream_at)
+            length = _LENGTH.search(head)
+            if opening is None or length is None:
+                raise ValueError("a stream without a direct /Length")
+            body_start = opening.end()
+            body_end = body_start + int(length.group(1))
+            tail = data[body_end:body_end + 16].lstrip(_WHITESPACE)
+            if not tail.startswith(b"endstream"):
+                raise ValueError("a stream's /Length does not end at endstream")
+            objects[ref] = (head, data[body_start:body_end])
+            end = data.find(b"endobj", body_end)
+            if end < 0 or data[body_end:end].strip(_WHITESPACE) != b"endstream":
+                raise ValueError("a stream object without endobj")
+        else:
+            objects[ref] = (data[start:end], b"")
+        position = end + len(b"endobj")
+
+
+class _Merkle:
+    """Digests of objects over references. A reference back to an object still being
+    digested (a page's /Parent, an annotation's /P) is named by how far up it points; a
+    digest that names nothing above its own object is the same wherever it is reached and is
+    remembered, so shared fonts and images are digested once. A graph that needs more than
+    MAX_VISITS steps is read as plain bytes instead."""
+
+    MAX_VISITS = 20000
+
+    def __init__(self, objects):
+        self.objects = objects
+        self.done: dict[tuple[int, int], str] = {}
+        self.open: list[tuple[int, int]] = []
+        self.visits = 0
+
+    def digest(self, ref: tuple[int, int]) -> str:
+        return self._digest(ref)[0]
+
+    def _digest(self, ref: tuple[int, int]) -> tuple[str, int]:
+        """(digest, the depth of the highest open object it names; len(open) when none)."""
+        depth = len(self.open)
+        if ref in self.done:
+            return self.done[ref], depth
+        if ref in self.open:
+            at = self.open.index(ref)
+            return f"up{depth - at}", at
+        if ref not in self.objects:  # not in a file pdfium wrote: read it as bytes
+            raise ValueError("a reference to an object that is not there")
+        self.visits += 1
+        if self.visits > self.MAX_VISITS or depth > 200:
+            raise ValueError("an object graph too large to digest")
+        self.open.append(ref)
+        head, stream = self.objects[ref]
+        highest = depth
+
+        def child(match: re.Match) -> bytes:
+            nonlocal highest
+            value, named = self._digest((int(match.group(1)), int(match.group(2))))
+            highest = min(highest, named)
+            return b"<" + value.encode() + b">"
+
+        text = _REF.sub(child, head)
+        self.open.pop()
+        value = sha256(b"%d:" % len(text) + text + b"|" + hashlib.sha256(stream).digest())
+        if highest >= depth:  # names nothing above itself: the same wherever it is reached
+            self.done[ref] = value
+        return value, highest
+
+
+def content_digest(data: bytes, kind: str) -> str:
+    """The digest of what a replica is sent for one chunk: a PDF's object graph, other
+    files (images, a TIFF's frames) their bytes."""
+    if kind == "pdf":
+        return pdf_chunk_digest(data)
+    return "bytes:" + sha256(data)
+
+
+def _normal(value: Any) -> Any:
+    """Numbers as the worker reads them (1 and 1.0 are one threshold)."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and math.isfinite(value):
+        return float(value)
+    return value
+
+
+def params_digest(api_params: dict[str, Any], visualize: bool | None,
+                  page_range: str | None, kind: str) -> str:
+    """Every request field that can change a page's result, normalised. `page_range` counts
+    only when the worker applies it (a document sent whole); `kind` is what it is sent as."""
+    fields = {name: _normal(value) for name, value in api_params.items()
+              if name not in NOT_IN_KEY}
+    fields["visualize"] = visualize  # None: the worker's default (part of its identity)
+    fields["@pageRange"] = page_range
+    fields["@kind"] = kind
+    return sha256(json.dumps(fields, sort_keys=True, separators=(",", ":")).encode())
+
+
+def cache_key(scope: str, engine: str, params: str, content: str) -> str:
+    parts = b"\0".join(part.encode() for part in (scope, engine, params, content))
+    return sha256(VERSION + b"\0" + parts)
