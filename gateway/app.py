@@ -12,6 +12,7 @@ from typing import Callable
 from flask import Flask, Response, g, request, stream_with_context
 
 from services.flask_common import create_service_app, outcome_of, read_ocr_fields
+from services.ocr_api import tracing
 from services.ocr_api.headers import CACHED_PAGES, NUM_PAGES
 from services.ocr_api.logs import current_log_id
 
@@ -27,6 +28,7 @@ log = logging.getLogger("gateway.http")
 
 def create_app(config: GatewayConfig | None = None, resolver=None, start: bool = True) -> Flask:
     config = config or GatewayConfig.from_env()
+    tracing.configure("ocrfleet-gateway")  # after fork: gunicorn builds the app in each worker
     service = GatewayService(config, resolver=resolver)
 
     def readiness():  # open to probes: counts only, never the replicas' addresses
@@ -41,6 +43,19 @@ def create_app(config: GatewayConfig | None = None, resolver=None, start: bool =
 
     @app.post("/ocr")
     def ocr():
+        # the document's span: its trace's root, or under the caller's span (its traceparent)
+        span = tracing.begin("document", parent=tracing.incoming(request.headers),
+                             kind=tracing.SERVER)
+        try:
+            with tracing.active(span):
+                response = reserve_and_answer()
+        except BaseException:
+            span.end()
+            raise
+        response.call_on_close(span.end)  # once the answer (a stream too) has gone
+        return response
+
+    def reserve_and_answer() -> Response:
         output = outputs.negotiate(request.headers.get("Accept"))
         # the request's room in the memory budget, taken before its body is read
         ticket = service.reserve(request.content_length, request.mimetype != "multipart/form-data")
@@ -57,6 +72,7 @@ def create_app(config: GatewayConfig | None = None, resolver=None, start: bool =
         outputs.prepare_fields(output, fields)
         plan = service.plan(fields, file_bytes)
         current_log_id.set(plan.request.log_id)
+        tracing.tag(log_id=plan.request.log_id, pages=plan.num_pages, kind=plan.kind)
         cache = service.cache_policy(client_identity(), request.headers.get("Cache-Control"))
         document = service.open(plan, reserved=ticket, cache=cache)
         if output != outputs.NDJSON:

@@ -1,7 +1,8 @@
 """Talking to one replica: POST one chunk's /ocr body with timeouts always, the caller's
-remaining time in `X-Deadline-Ms` (the worker drops pages nobody waits for any more) and the
-fleet board (gateway.fleet), and the answer classified once (gateway.outcome). No retries
-here: whether and where to try again is the scheduler's decision (gateway.scheduler)."""
+remaining time in `X-Deadline-Ms` (the worker drops pages nobody waits for any more), the
+fleet board (gateway.fleet) and the attempt's span in `traceparent` (services/ocr_api/
+tracing.py), and the answer classified once (gateway.outcome). No retries here: whether and
+where to try again is the scheduler's decision (gateway.scheduler)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from urllib3.exceptions import HTTPError as TransportError
 from urllib3.exceptions import TimeoutError as TransportTimeout
 
 from services.ocr_api import headers as h
+from services.ocr_api import tracing
 
 from . import metrics
 from .fleet import FleetView
@@ -78,7 +80,7 @@ class ReplicaClient:
                                   read=min(self.settings.page_timeout_s, remaining))
         headers = {"Content-Type": "application/json", h.LOG_ID: log_id,
                    h.DEADLINE_MS: str(max(1, int(remaining * 1000))), **self.settings.headers,
-                   **self.fleet.outgoing()}
+                   **self.fleet.outgoing(), **tracing.outgoing()}  # traceparent: this attempt
         metrics.REPLICA_INFLIGHT.labels(replica.url).inc()
         started = time.monotonic()
         try:

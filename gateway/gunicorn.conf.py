@@ -4,14 +4,21 @@ replicas), long request timeouts for big PDFs, multiprocess-aware Prometheus met
 
 Run: gunicorn -c gateway/gunicorn.conf.py gateway.wsgi:app"""
 
-from gateway.config import GatewayServerSettings
+from gateway.config import GatewayConfig
 from services.flask_common.prometheus import mark_process_dead, prepare_multiprocess_dir
+from services.ocr_api.settings import ConfigError
 
-_settings = GatewayServerSettings.from_env()
-_host, _port = _settings.host, _settings.port
+# Every setting, read once, here in the master: a bad one stops the gateway now, with its
+# message, and the processes forked from here take this object (gateway/wsgi.py).
+try:
+    _config = GatewayConfig.from_env()
+except ConfigError as exc:
+    raise SystemExit(f"ocr-gateway: {exc}") from None
+_config.hand_over()
+_host, _port = _config.host, _config.port
 
 # bind (the service port, and the metrics port when one is set), workers, threads, timeouts
-globals().update(_settings.gunicorn_settings("ocr-gateway"))
+globals().update(_config.gunicorn_settings("ocr-gateway"))
 
 prepare_multiprocess_dir("gateway", _host, _port)
 

@@ -15,8 +15,10 @@ cancelled one (the client went away) drops its queued chunks.
 Threads: one scheduler thread per gateway process picks the next chunk (`_run`), cuts it from
 its document (lazily, gateway.split) and hands it to the executor, whose threads send it
 (`_send`) and book the answer (`_settle`). Request threads only read answers in page order
-(`Document.in_order`) and cancel. All document and queue state is guarded by one condition
-variable; `FairQueue` and `Document` are plain objects the tests drive with a fake clock."""
+(`Document.in_order`) and cancel. The send threads' attempt spans go under the span the
+document was admitted in (`Document.trace`: contexts do not cross threads by themselves). All
+document and queue state is guarded by one condition variable; `FairQueue` and `Document` are
+plain objects the tests drive with a fake clock."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Protocol
 
+from services.ocr_api import tracing
 from services.ocr_api.errors import ApiError
 
 from . import assemble, metrics
@@ -107,6 +110,7 @@ class Document:
         self.stopped = False  # nothing more is sent (deadline, cancel, or failure)
         self.finished = False
         self.answers: queue.Queue = queue.Queue()
+        self.trace = tracing.capture()  # its span (the request's): the send threads' parent
         self._source = source
         self._cut_lock = threading.Lock()  # the source is used or closed under it
 
@@ -130,6 +134,8 @@ class Document:
         task = Task(self.next_position)
         self.next_position += 1
         metrics.observe_queue_wait(now - self.admitted_at, self.deadline - self.admitted_at)
+        if task.position == 0:
+            tracing.record("queue wait", self.admitted_at, now, self.trace, self.log_id)
         return task
 
     def put_back(self, task: Task) -> None:
@@ -470,12 +476,20 @@ class Scheduler:
             self.replicas.give_back(replica)
             self._requeue(doc, task, delay=0.0)
             return
-        try:
-            attempt = self.client.post(replica, doc.body(task.chunk), log_id=doc.log_id,
-                                       deadline=doc.deadline)
-        except Exception as exc:  # never lose a page to a bug in the send path
-            log.exception("sending a chunk failed")
-            attempt = Attempt(Outcome.FAILED, None, {}, f"gateway error: {type(exc).__name__}")
+        with tracing.span("attempt", doc.log_id, doc.trace, tracing.CLIENT, replica=replica.url,
+                          pages=[i + 1 for i in doc.groups[task.position]],
+                          attempt=task.attempts + 1) as span:
+            try:
+                attempt = self.client.post(replica, doc.body(task.chunk), log_id=doc.log_id,
+                                           deadline=doc.deadline)
+            except Exception as exc:  # never lose a page to a bug in the send path
+                log.exception("sending a chunk failed")
+                attempt = Attempt(Outcome.FAILED, None, {},
+                                  f"gateway error: {type(exc).__name__}")
+            failed = attempt.outcome not in (Outcome.OK, Outcome.BUSY)
+            tracing.settle(span, attempt.message if failed else None,
+                           outcome=attempt.outcome.value, status=attempt.status,
+                           worker=attempt.worker)
         try:
             self.replicas.release(replica, attempt)
             self._settle(doc, task, replica.url, attempt)

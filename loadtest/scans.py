@@ -8,6 +8,8 @@ memory soak (loadtest/bench_memory.py) and the worker's memory experiments:
   "300-dpi A4 receipt scan, about 5000 x 7000 px" is in practice)
 - `receipt_scan`: a long narrow receipt scanned at 300 dpi
 - `cjk_scan`: a dense Chinese book page at 300 dpi
+- `scanned`: a flatbed scanner's skew, blur, tint and noise over any clean page (the accuracy
+  corpus's scans at 150-400 dpi, loadtest/accuracy_corpus.py)
 
 Every generator is deterministic in its seed. `scan_set(n)` cycles through all kinds."""
 
@@ -146,3 +148,21 @@ def scan_set(count: int, seed: int = 0, kinds: tuple[str, ...] = tuple(KINDS)
         data = documents.to_jpeg(image, 88) if kind == "photo" else documents.to_png(image)
         pages.append((f"{kind}:{seed + index}:{image.width}x{image.height}", data))
     return pages
+
+
+def scanned(page: Image.Image, dpi: float, seed: int = 0, skew: float | None = None
+            ) -> Image.Image:
+    """What a flatbed scanner makes of a clean page at `dpi`, in 8-bit gray (as text is
+    scanned): skewed by up to 0.3 degrees, the optics' blur (about one of its own pixels, so
+    the same at every resolution), a light paper tint and sensor noise. Deterministic in
+    `seed` (the skew: `skew` degrees where given); the page keeps its size."""
+    rng = random.Random(seed)
+    angle = rng.uniform(-0.3, 0.3) if skew is None else skew
+    pixels = np.asarray(page.convert("L"))
+    height, width = pixels.shape
+    matrix = cv2.getRotationMatrix2D((width / 2, height / 2), angle, 1.0)
+    pixels = cv2.warpAffine(pixels, matrix, (width, height), flags=cv2.INTER_LINEAR,
+                            borderValue=255)
+    pixels = cv2.GaussianBlur(pixels, (0, 0), 0.5).astype(np.int16) - rng.randint(6, 16)
+    pixels += np.random.default_rng(seed).normal(0, 4, (height, width)).astype(np.int16)
+    return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8), "L")

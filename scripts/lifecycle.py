@@ -47,6 +47,13 @@ class StopRequest:
                 signal.signal(signum, self._on_signal)
         return self
 
+    def ignore_further(self, signals=STOP_SIGNALS) -> None:
+        """Once everything is stopped, later stop signals (pending ones too: POSIX discards a
+        pending signal set to SIG_IGN) cannot end the process by their default action while
+        it exits (the interpreter puts the defaults back as it shuts down)."""
+        for signum in signals:
+            signal.signal(signum, signal.SIG_IGN)
+
     def _on_signal(self, signum, frame) -> None:
         self.request(signal.Signals(signum).name)
 

@@ -175,6 +175,7 @@ def main(argv=None) -> int:
     finally:
         with signals_blocked():  # a second Ctrl-C or SIGTERM waits until all are stopped
             stop_all(processes)
+            stop.ignore_further()
 
 
 if __name__ == "__main__":

@@ -12,13 +12,13 @@ import requests
 
 from gateway.app import create_app as create_gateway
 from gateway.auth import access_policy, worker_auth_headers
-from gateway.config import GatewayConfig, GatewayServerSettings
+from gateway.config import GatewayConfig
 from loadtest import documents
 from scripts.fleet import free_port, gateway_process, stop_all, worker_process
 from services.flask_common.access import AccessPolicy, KeyCheck, presented_key
 from services.ocr_api.settings import ConfigError
 from services.ocr_worker.app import create_app as create_worker
-from services.ocr_worker.config import WorkerConfig, WorkerServerSettings
+from services.ocr_worker.config import WorkerConfig
 from tests.conftest import b64
 
 OLD, NEW = "old-key-0123456789abcdef", "new-key-fedcba9876543210"
@@ -81,13 +81,14 @@ def test_keys_come_from_the_variable_and_a_mounted_file(tmp_path):
 
 
 def test_the_metrics_port_is_a_second_bind():
-    settings = GatewayServerSettings.from_env({"PORT": "8080", "GATEWAY_METRICS_PORT": "9080"})
+    settings = GatewayConfig.from_env({"GATEWAY_REPLICAS": REPLICA, "PORT": "8080",
+                                       "GATEWAY_METRICS_PORT": "9080"})
     assert settings.binds == ["127.0.0.1:8080", "127.0.0.1:9080"]
-    assert GatewayServerSettings.from_env({}).binds == ["127.0.0.1:8080"]
-    worker = WorkerServerSettings.from_env({"HOST": "0.0.0.0", "OCR_METRICS_PORT": "9101"})
+    assert GatewayConfig.from_env({"GATEWAY_REPLICAS": REPLICA}).binds == ["127.0.0.1:8080"]
+    worker = WorkerConfig.from_env({"HOST": "0.0.0.0", "OCR_METRICS_PORT": "9101"})
     assert worker.binds == ["0.0.0.0:8101", "0.0.0.0:9101"]
     with pytest.raises(ConfigError, match="differ"):
-        WorkerServerSettings.from_env({"PORT": "9101", "OCR_METRICS_PORT": "9101"})
+        WorkerConfig.from_env({"PORT": "9101", "OCR_METRICS_PORT": "9101"})
 
 
 # ---- the gateway ------------------------------------------------------------------------------

@@ -90,3 +90,57 @@ def test_paddlex_part_is_skipped_with_its_reason(monkeypatch):
     result = bench_paddlex.run_or_skip()
     [[name, measured, _goal, verdict]] = bench_paddlex.rows(result)
     assert verdict == "SKIP" and "no network" in measured
+
+
+def test_synthetic_scans_are_the_same_page_at_every_resolution():
+    """The scan corpus draws each page in points: the same text (the truth) at 150 and 400 dpi,
+    8/3 times the pixels a side; small print included."""
+    low = accuracy_corpus.synthetic_scan("table-small-print", 150)
+    high = accuracy_corpus.synthetic_scan("table-small-print", 400)
+    assert low.truth == high.truth and len(low.truth) == 20
+    assert low.truth[2].startswith("Date Ref Description Qty Unit Amount")
+    assert abs(high.image.width / low.image.width - 400 / 150) < 0.01
+    assert low.image.mode == "L"
+    assert accuracy_corpus.synthetic_scan("footnotes-6.5pt", 200).truth[-1][0].isdigit()
+    assert set(accuracy_corpus.QUICK_SYNTHETIC) <= set(accuracy_corpus.SYNTHETIC)
+
+
+def test_a_setting_too_far_on_one_kind_is_not_chosen():
+    """Averaged together the kinds hide opposite moves: a faster setting that is better on
+    scans and worse on born-digital pages is within the tolerance overall, not on each kind."""
+    def page(name, kind):
+        return accuracy_corpus.CorpusPage(name, None, ["abcdefghij" * 100], kind)
+
+    digital, scan = page("d", "born-digital"), page("s", "scan")
+    kinds = {"born-digital": [digital], "scan": [scan]}
+
+    def setting(label, digital_text, scan_text, cpu):
+        made = bench_accuracy.Setting(label, {}, cpu_s=cpu)
+        made.texts = {"d": [digital_text], "s": [scan_text]}
+        made.score = score_page([digital_text], digital.truth).add(
+            score_page([scan_text], scan.truth))
+        return made
+
+    truth = "abcdefghij" * 100
+    reference = setting("reference", truth, "x" * 10 + truth[10:], 10.0)
+    opposite = setting("opposite", "x" * 6 + truth[6:], truth, 5.0)  # -10 on scans, +6 digital
+    assert opposite.score.cer < reference.score.cer
+    assert bench_accuracy.chosen([reference, opposite]) is opposite
+    assert bench_accuracy.too_far(opposite, reference, kinds) == ["born-digital"]
+    assert bench_accuracy.chosen([reference, opposite], kinds) is reference
+
+
+def test_the_scan_pdf_goal():
+    def case(page, dpi, image_edits, pdf_edits):
+        return {"page": page, "pdf_dpi": dpi, "image": {"edits": image_edits, "chars": 1000},
+                "pdf": {"edits": pdf_edits, "chars": 1000},
+                "much_worse": bench_accuracy.much_worse(pdf_edits / 1000, image_edits / 1000)}
+
+    same = [case(f"p{i}", dpi, 30, 30) for i in range(2) for dpi in (150, 200, 300, 400)]
+    assert bench_accuracy.summarise_scans(same, [])["goal"]["met"]
+    assert not bench_accuracy.much_worse(0.035, 0.030)  # +0.005: noise, not much worse
+    assert bench_accuracy.much_worse(0.166, 0.043)  # issue 26's table at 144 DPI
+    one_bad = same[:-1] + [case("p1", 400, 30, 60)]
+    goal = bench_accuracy.summarise_scans(one_bad, [])["goal"]
+    assert not goal["met"] and goal["much_worse_pages"] == ["p1@400dpi"]
+    assert not goal["within_ratio"]  # 400 dpi: 90 edits against 60

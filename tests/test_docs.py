@@ -8,21 +8,15 @@ import re
 import subprocess
 import sys
 
+from gateway.config import GatewayConfig
+from services.ocr_worker.config import WorkerConfig
 from tests.conftest import REPO_ROOT
-
-CONFIG_SOURCES = ["services/ocr_worker/config.py", "gateway/config.py",
-                  "services/ocr_api/server_settings.py"]
-ENV_READ = re.compile(
-    r'env\.(?:str|optional_str|choice|int|float|bool|list|secrets)\(\s*"([A-Z_]+)"')
-SECRET_FILE_READ = re.compile(r'env\.secrets\(\s*"[A-Z_]+",\s*"([A-Z_]+)"')
 
 
 def variables_read_by_code() -> set[str]:
-    names = set()
-    for path in CONFIG_SOURCES:
-        source = (REPO_ROOT / path).read_text()
-        names |= set(ENV_READ.findall(source)) | set(SECRET_FILE_READ.findall(source))
-    return names
+    """Every variable the services' settings classes declare (services/ocr_api/settings.py
+    reads exactly those)."""
+    return GatewayConfig.variables() | WorkerConfig.variables()
 
 
 def variables_in_readme_tables() -> set[str]:

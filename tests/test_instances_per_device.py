@@ -12,7 +12,8 @@ import pytest
 import requests
 
 from scripts.fleet import free_port, worker_process
-from services.ocr_worker.config import WorkerServerSettings
+from services.ocr_api import settings as settings_module
+from services.ocr_worker.config import WorkerConfig
 
 pytestmark = pytest.mark.slow  # starts servers: scheduled first (tests/conftest.py)
 
@@ -20,13 +21,13 @@ GUNICORN_CONF = "services/ocr_worker/gunicorn.conf.py"
 
 
 def test_settings_multiply_processes_and_split_threads():
-    settings = WorkerServerSettings.from_env({"OCR_PROCESSES": "2", "OCR_INSTANCES_PER_DEVICE": "3",
-                                              "OCR_THREADS": "7"})
+    settings = WorkerConfig.from_env({"OCR_PROCESSES": "2", "OCR_INSTANCES_PER_DEVICE": "3",
+                                      "OCR_THREADS": "7"})
     assert settings.gunicorn_workers == 6
     assert settings.instance_threads == 2  # 7 threads of the device, 3 instances
-    single = WorkerServerSettings.from_env({"OCR_THREADS": "4"})
+    single = WorkerConfig.from_env({"OCR_THREADS": "4"})
     assert (single.gunicorn_workers, single.instances_per_device) == (1, 1)
-    assert WorkerServerSettings.from_env({"OCR_INSTANCES_PER_DEVICE": "4"}).instance_threads == 1
+    assert WorkerConfig.from_env({"OCR_INSTANCES_PER_DEVICE": "4"}).instance_threads == 1
 
 
 def test_each_card_goes_to_k_processes(monkeypatch, tmp_path):
@@ -38,9 +39,10 @@ def test_each_card_goes_to_k_processes(monkeypatch, tmp_path):
                         "CUDA_VISIBLE_DEVICES": "",
                         "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "metrics")}.items():
         monkeypatch.setenv(name, value)
+    monkeypatch.setattr(settings_module, "_HANDED_OVER", {})
     conf = runpy.run_path(GUNICORN_CONF)
     assert conf["workers"] == 4
-    assert os.environ["OCR_THREADS"] == "2"
+    assert WorkerConfig.handed_over().threads == 2  # what each process runs with
     live: dict[int, SimpleNamespace] = {}
     server = SimpleNamespace(WORKERS=live)
     for pid in range(4):
@@ -97,6 +99,6 @@ def test_gpu_overlay_runs_two_instances_on_its_card():
                              .read_text())
     [generator] = [g for g in overlay["configMapGenerator"] if g["name"] == "ocr-worker-config"]
     env = dict(literal.split("=", 1) for literal in generator["literals"])
-    settings = WorkerServerSettings.from_env({"OCR_PROCESSES": "1", **env})
+    settings = WorkerConfig.from_env({"OCR_PROCESSES": "1", **env})
     assert settings.instances_per_device == 2 and settings.gunicorn_workers == 2
     assert settings.instance_threads * 2 == int(env["OCR_THREADS"])

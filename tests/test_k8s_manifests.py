@@ -59,13 +59,13 @@ def server_settings(service: str, env: dict[str, str] | None = None):
     """What the service's gunicorn.conf.py runs with under this environment (host, port,
     processes, graceful_timeout_s): the settings class it reads, not a copy of its defaults."""
     if service == WORKER:
-        from services.ocr_worker.config import WorkerServerSettings as Settings
+        from services.ocr_worker.config import WorkerConfig as Settings
     else:
-        from gateway.config import GatewayServerSettings as Settings
+        from gateway.config import GatewayConfig as Settings
     gunicorn_conf = (REPO / SERVICES[service]["gunicorn"]).read_text()
     assert f"{Settings.__name__}.from_env()" in gunicorn_conf, \
         f"{SERVICES[service]['gunicorn']} no longer reads {Settings.__name__}"
-    return Settings.from_env(env or {})
+    return Settings.from_env(env or {}, check=False)  # gunicorn's side: no upstream needed
 
 
 def metric_types(relpath: str = "services/ocr_worker/metrics.py") -> dict[str, str]:

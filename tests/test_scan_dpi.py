@@ -143,3 +143,20 @@ def test_a_lossless_scan_comes_out_pixel_for_pixel():
     pdf.save()
     [page], _ = rendered(buffer.getvalue())
     assert np.array_equal(page[:, :, ::-1], pixels)
+
+
+# ---- the accuracy corpus's scan PDFs (loadtest/accuracy_corpus.py, make bench-accuracy) ------
+@pytest.mark.parametrize("dpi", [150, 200, 300, 400])
+def test_the_accuracy_corpus_wraps_a_scan_pixel_for_pixel(dpi):
+    """bench_accuracy's image-only PDFs hold the scan's pixels losslessly (Flate, not JPEG as
+    Pillow's writer would), and the worker renders them back at exactly the scan's size.
+    (Not always pixel for pixel: where the page's size in points times the render scale is
+    a hair off whole pixels, pdfium resamples; bench_accuracy reports how far, per page.)"""
+    from loadtest import accuracy_corpus
+
+    scan = accuracy_corpus.synthetic_scan("receipt-8pt", dpi)
+    pdf = accuracy_corpus.image_only_pdf(scan.image, dpi)
+    filters, _ = accuracy_corpus.embedded_image(pdf)
+    assert filters == ["/FlateDecode"] and accuracy_corpus.is_pixel_exact(pdf, scan.image)
+    [page], _ = rendered(pdf)
+    assert page.shape[:2] == (scan.image.height, scan.image.width)

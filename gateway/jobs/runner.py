@@ -22,6 +22,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
+from services.ocr_api import tracing
 from services.ocr_api.errors import ApiError
 
 from ..outputs.paddlex import describe_failures
@@ -176,7 +177,8 @@ class JobRunner:
         try:
             metrics.JOBS_RUNNING.inc()
             try:
-                self._run_pages(claim, lease)
+                with tracing.span("job", claim.job.spec.log_id, job=claim.job.id):  # its trace
+                    self._run_pages(claim, lease)
             finally:
                 metrics.JOBS_RUNNING.dec()
         except Exception:  # give the job back to be tried again (GATEWAY_JOBS_TIMEOUT_S ends it)

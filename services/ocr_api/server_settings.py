@@ -1,27 +1,24 @@
 """gunicorn's side of a service, shared by the worker and the gateway: where it listens (and
-the optional second bind for /metrics), how many processes and threads, its timeouts, read
-from the variables both services use (HOST, PORT, GUNICORN_TIMEOUT_S, HTTP_KEEPALIVE_S), and
-the settings both gunicorn.conf.py files take from it. Each service subclasses it with its
-own defaults and prefixed variables (services/ocr_worker/config.py, gateway/config.py)."""
+the optional second bind for /metrics), its timeouts, read from the variables both services
+use (HOST, GUNICORN_TIMEOUT_S, HTTP_KEEPALIVE_S), and the settings both gunicorn.conf.py
+files take from it. Each service's one settings class (services/ocr_worker/config.py,
+gateway/config.py) derives from it and declares the rest: `port` (PORT, with the service's
+default), and with its prefix `processes`, `http_threads`, `graceful_timeout_s` and
+`metrics_port`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from services.ocr_api.settings import ConfigError, Env
+from services.ocr_api.settings import ConfigError, Settings, setting
 
 
 @dataclass(frozen=True)
-class ServerSettings:
-    host: str = "127.0.0.1"
-    port: int = 8080
-    processes: int = 1
-    http_threads: int = 48
-    heartbeat_timeout_s: int = 120
-    graceful_timeout_s: int = 120
-    keepalive_s: int = 75
-    metrics_port: int | None = None  # a second bind, for /metrics only
+class ServerSettings(Settings):
+    host: str = setting("HOST", "127.0.0.1")
+    heartbeat_timeout_s: int = setting("GUNICORN_TIMEOUT_S", 120, 10)
+    keepalive_s: int = setting("HTTP_KEEPALIVE_S", 75, 1)
 
     @property
     def binds(self) -> list[str]:
@@ -47,17 +44,7 @@ class ServerSettings:
                 "loglevel": "warning", "proc_name": f"{proc_name}-{self.port}",
                 "control_socket_disable": True}
 
-    @classmethod
-    def shared_fields(cls, env: Env) -> dict[str, Any]:
-        """The fields both services read from the same unprefixed variables."""
-        defaults = cls()
-        return {"host": env.str("HOST", defaults.host),
-                "port": env.int("PORT", defaults.port, 1, 65535),
-                "heartbeat_timeout_s": env.int("GUNICORN_TIMEOUT_S",
-                                               defaults.heartbeat_timeout_s, 10),
-                "keepalive_s": env.int("HTTP_KEEPALIVE_S", defaults.keepalive_s, 1)}
-
-    def checked(self, metrics_variable: str):
+    def validate(self) -> None:
+        super().validate()
         if self.metrics_port is not None and self.metrics_port == self.port:
-            raise ConfigError(f"{metrics_variable} must differ from PORT")
-        return self
+            raise ConfigError(f"{self.variable('metrics_port').name} must differ from PORT")

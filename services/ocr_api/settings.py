@@ -1,17 +1,43 @@
 """Reading typed configuration from environment variables, failing at start-up with a message
 that names the variable, what it holds and what was expected.
 
+Each setting is declared once, as a field of the service's frozen dataclass:
+
+    queue_pages: int = setting("GATEWAY_QUEUE_PAGES", 1000, 1)  # pages admitted, per process
+
+(variable, default, bounds; the type is the annotation; `choices`, `secret`, `file` and
+`convert` where needed), and `Settings.from_env` reads every declared field through `Env`.
+A field whose type is another `Settings` dataclass is a group read from the same variables
+(the gateway's `jobs` and `cache`).
+
+Why not pydantic-settings (issue 21): it would remove the same field + default + from_env
+triple, but the gateway does not depend on pydantic (the worker gets it only through PaddleX:
+two more packages in the gateway's hashed lock and image), and keeping today's behaviour would
+need about as much code around it: its messages ("Input should be greater than or equal to 1")
+translated back to `OCR_MAX_PAGES=0: must be >= 1`, a source for the `*_FILE` secrets (its
+secrets_dir is one file per field, not a variable naming a mounted file), lists kept
+comma-separated (it decodes them as JSON), and the typo check with its did-you-mean all the
+same (it ignores unknown variables in the environment). The one generic reader below (about a
+hundred lines with its docstrings) uses the parsers of `Env` as they were.
+
 Each service owns one prefix (OCR_ for the worker, GATEWAY_ for the gateway). Env records every
 name it was asked for, and `check_prefix` then refuses a variable with the service's prefix
 that nobody read: OCR_MAX_PAGE=5 is a typo that would otherwise leave the limit at its default
-without a word."""
+without a word.
+
+Read once: gunicorn's master reads the settings in gunicorn.conf.py (a bad value stops it
+there, with the message) and `hand_over`s the object; the processes it forks take it with
+`handed_over` instead of parsing the environment again."""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import re
-from typing import Iterable, Mapping, Sequence
+import types
+import typing
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 
 MIN_SECRET_CHARS, MAX_SECRET_CHARS = 16, 512
@@ -135,6 +161,143 @@ class Env:
         others = f" (and {len(unknown) - 1} more: {', '.join(unknown[1:4])})" \
             if len(unknown) > 1 else ""
         raise ConfigError(f"{name} is not a setting of this service{hint}{others}")
+
+
+# ---- settings declared once, as dataclass fields --------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Variable:
+    """How one field is read: its variable, bounds or choices, for secrets the variable that
+    may name a file holding more, and a conversion of the value read."""
+
+    name: str
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] = ()
+    file: str | None = None
+    convert: Callable[[Any], Any] | None = None
+
+    def read(self, env: Env, kind: type, default: Any) -> Any:
+        """Unset (or blank): the default. `kind` is the field's type, None and generics
+        taken off: bool, int, float, str or tuple (a comma-separated list)."""
+        if self.file is not None:
+            value = env.secrets(self.name, self.file)
+        elif kind is bool:
+            value = env.bool(self.name, default)
+        elif kind is int:
+            value = env.int(self.name, default, self.minimum, self.maximum)
+        elif kind is float:
+            value = env.float(self.name, default, self.minimum, self.maximum)
+        elif kind is tuple:
+            value = tuple(env.list(self.name)) or default
+        elif self.choices:
+            value = env.choice(self.name, default, self.choices)
+        else:
+            value = env.str(self.name, default)
+        return value if self.convert is None else self.convert(value)
+
+
+def setting(name: str, default: Any = None, minimum: float | None = None,
+            maximum: float | None = None, *, choices: Sequence[str] = (), secret: bool = False,
+            file: str | None = None, convert: Callable[[Any], Any] | None = None) -> Any:
+    """A dataclass field read from the variable `name`. `secret` (implied by `file`, the
+    variable naming a mounted Secret): kept out of repr, so never in a log line."""
+    variable = Variable(name, minimum, maximum, tuple(choices), file, convert)
+    return dataclasses.field(default=default, repr=not (secret or file),
+                             metadata={"variable": variable})
+
+
+def group(cls: type) -> Any:
+    """A dataclass field holding a group of settings (a `Settings` dataclass of its own),
+    read from the same environment."""
+    return dataclasses.field(default_factory=cls)
+
+
+S = TypeVar("S", bound="Settings")
+_HANDED_OVER: dict[type, Any] = {}
+
+
+class Settings:
+    """Base of a frozen dataclass whose fields are `setting(...)`s and `group(...)`s. A
+    service's class sets `env_prefix`: its variables with that prefix are checked for typos."""
+
+    env_prefix: typing.ClassVar[str | None] = None
+
+    @classmethod
+    def from_env(cls: type[S], environ: Mapping[str, str] | None = None, *,
+                 check: bool = True) -> S:
+        """Every declared variable read from `environ` (os.environ by default), each value
+        checked on its own (type, bounds, choices); then, unless `check` is False (tools
+        that want one part, the ports, without a whole configuration), the typo check and
+        `validate`, the checks across fields."""
+        env = Env(environ)
+        config = _read(cls, env)
+        if check:
+            if cls.env_prefix:
+                env.check_prefix(cls.env_prefix)  # a typo first: it explains more
+            config.validate()
+        return config
+
+    def validate(self) -> None:
+        """Checks across fields (ConfigError): the groups' here; a subclass that adds its own
+        calls this first."""
+        for item in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, item.name)
+            if isinstance(value, Settings):
+                value.validate()
+
+    @classmethod
+    def variable(cls, field_name: str) -> Variable:
+        return next(item.metadata["variable"] for item in dataclasses.fields(cls)
+                    if item.name == field_name)
+
+    @classmethod
+    def variables(cls) -> set[str]:
+        """Every variable these settings read, the groups' and the *_FILE ones included."""
+        names: set[str] = set()
+        hints = typing.get_type_hints(cls)
+        for item in dataclasses.fields(cls):  # type: ignore[arg-type]
+            variable = item.metadata.get("variable")
+            if variable is not None:
+                names |= {variable.name} | ({variable.file} if variable.file else set())
+            elif _is_group(_kind(hints[item.name])):
+                names |= _kind(hints[item.name]).variables()
+        return names
+
+    def hand_over(self) -> None:
+        """In gunicorn's master (gunicorn.conf.py): these settings are what the processes it
+        forks from now on run with (see `handed_over`). A reload reads and hands over anew."""
+        _HANDED_OVER[type(self)] = self
+
+    @classmethod
+    def handed_over(cls: type[S]) -> S:
+        """In a process gunicorn forked: the settings its master read and handed over, the
+        environment not parsed again. Elsewhere (a test, another server): read now."""
+        config = _HANDED_OVER.get(cls)
+        return cls.from_env() if config is None else config
+
+
+def _kind(hint: Any) -> Any:
+    """int from `int | None`, tuple from `tuple[str, ...]`."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        hint = next(arg for arg in typing.get_args(hint) if arg is not type(None))
+    return typing.get_origin(hint) or hint
+
+
+def _is_group(kind: Any) -> bool:
+    return isinstance(kind, type) and issubclass(kind, Settings)
+
+
+def _read(cls: type[S], env: Env) -> S:
+    hints = typing.get_type_hints(cls)
+    values = {}
+    for item in dataclasses.fields(cls):  # type: ignore[arg-type]
+        variable, kind = item.metadata.get("variable"), _kind(hints[item.name])
+        if variable is not None:
+            values[item.name] = variable.read(env, kind, item.default)
+        elif _is_group(kind):
+            values[item.name] = _read(kind, env)
+    return cls(**values)
 
 
 # What the kubelet injects for each Service in the namespace (docker-links style):

@@ -12,6 +12,7 @@ from flask import Flask, request
 from services.flask_common import (create_service_app, json_response, outcome_of,
                                    read_ocr_fields)
 from services.flask_common.access import AccessPolicy
+from services.ocr_api import tracing
 from services.ocr_api.headers import ENGINE
 from services.ocr_api.logs import current_log_id
 
@@ -28,6 +29,7 @@ log = logging.getLogger("ocr_worker.http")
 def create_app(config: WorkerConfig | None = None, engine: Engine | None = None,
                start: bool = True) -> Flask:
     config = config or WorkerConfig.from_env()
+    tracing.configure("ocrfleet-worker")  # after fork: gunicorn builds the app in each process
     service = OcrService(config, engine)
 
     def liveness() -> str | None:
@@ -49,9 +51,13 @@ def create_app(config: WorkerConfig | None = None, engine: Engine | None = None,
     @app.post("/ocr")
     def ocr():
         deadline_ms = parse_deadline_ms(request.headers.get(DEADLINE_HEADER))
-        return json_response(service.handle(read_ocr_fields, log_id_hook=current_log_id.set,
-                                            deadline_ms=deadline_ms,
-                                            content_length=request.content_length))
+        # the gateway's attempt (its traceparent) is this request's parent span
+        with tracing.span("ocr request", parent=tracing.incoming(request.headers),
+                          kind=tracing.SERVER):
+            return json_response(service.handle(read_ocr_fields,
+                                                log_id_hook=current_log_id.set,
+                                                deadline_ms=deadline_ms,
+                                                content_length=request.content_length))
 
     @app.after_request
     def _capacity_headers(response):

@@ -3,7 +3,8 @@
 Request threads `submit()` pages (blocking briefly when the queue is full: that is back-pressure
 from an admitted request, bounded by the admission limit) and get a Future per page. The one
 inference thread loads the engine, warms it up, then takes pages in arrival order, grouping up
-to `max_batch` pages with identical parameters that arrive within `batch_wait_s`."""
+to `max_batch` pages with identical parameters that arrive within `batch_wait_s`. Each page's
+share of an engine call is a span ("engine") under the request that queued it."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
+
+from services.ocr_api import tracing
+from services.ocr_api.logs import current_log_id
 
 from .engine import Engine, PageOutput
 
@@ -31,6 +35,9 @@ class PageJob:
     future: Future = field(default_factory=Future)
     enqueued_at: float = field(default_factory=time.monotonic)
     deadline: float | None = None  # time.monotonic() after which nobody waits for the page
+    # taken on the request thread that queues the page: its engine span goes under that request
+    trace: Any = field(default_factory=tracing.capture)
+    log_id: str | None = field(default_factory=current_log_id.get)
 
     @property
     def params_key(self) -> tuple:
@@ -217,6 +224,9 @@ class InferenceBatcher:
             outputs = self.engine.predict([job.image for job in jobs], jobs[0].params)
         finally:
             self._progress_at, self._in_engine = time.monotonic(), 0
+            for job in jobs:  # each request's span of the batch's engine call
+                tracing.record("engine", started, self._progress_at, job.trace, job.log_id,
+                               batch=len(jobs), queued_s=round(started - job.enqueued_at, 6))
         self._observe("inference", (time.monotonic() - started, len(jobs)))
         if len(outputs) != len(jobs):
             raise RuntimeError(f"engine returned {len(outputs)} results for {len(jobs)} pages")

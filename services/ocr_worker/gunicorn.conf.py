@@ -9,12 +9,19 @@ Run: gunicorn -c services/ocr_worker/gunicorn.conf.py services.ocr_worker.wsgi:a
 import os
 import signal
 from collections import Counter
+from dataclasses import replace
 
 from services.flask_common.prometheus import mark_process_dead, prepare_multiprocess_dir
+from services.ocr_api.settings import ConfigError
 from services.ocr_worker import recycle
-from services.ocr_worker.config import WorkerServerSettings
+from services.ocr_worker.config import WorkerConfig
 
-_settings = WorkerServerSettings.from_env()
+# Every setting, read once, here in the master: a bad one stops the worker now, with its
+# message, and the processes forked from here take this object (services/ocr_worker/wsgi.py).
+try:
+    _settings = WorkerConfig.from_env()
+except ConfigError as exc:
+    raise SystemExit(f"ocr-worker: {exc}") from None
 _host, _port = _settings.host, _settings.port
 
 # bind (the service port, and the metrics port when one is set), workers, threads, timeouts;
@@ -22,9 +29,10 @@ _host, _port = _settings.host, _settings.port
 # gets the process killed; no preload: the engine is created after fork, in each process
 globals().update(_settings.gunicorn_settings("ocr-worker"))
 # OCR_INSTANCES_PER_DEVICE=K: K engine processes share each device (a GPU, or the cores given
-# to this worker) behind this one port; OCR_THREADS is the device's threads, split between them.
-if _settings.instances_per_device > 1:
-    os.environ["OCR_THREADS"] = str(_settings.instance_threads)
+# to this worker) behind this one port; OCR_THREADS is the device's threads, split between them:
+# the processes run with their share (handed over, not exported, so that a reload, which runs
+# this file again, splits the device's threads, not a share once more).
+replace(_settings, threads=_settings.instance_threads).hand_over()
 
 # Prometheus multiprocess mode: set before prometheus_client is imported by the app (wiped here
 # in the master at start).

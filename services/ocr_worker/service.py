@@ -11,7 +11,7 @@ from collections import deque
 from concurrent.futures import Future, TimeoutError as FutureTimeout
 from typing import Any, Callable, Mapping
 
-from services.ocr_api import envelope
+from services.ocr_api import envelope, tracing
 from services.ocr_api.errors import ApiError, unprocessable
 from services.ocr_api.request import OcrRequest, parse_ocr_request
 from services.ocr_api.url_input import make_url_fetcher
@@ -161,6 +161,7 @@ class OcrService:
                     del image, future
                     continue
                 metrics.STAGE_SECONDS.labels("render").observe(time.monotonic() - started)
+                tracing.record("render", started, time.monotonic(), page=len(sizes) + 1)
                 sizes.append((int(image.shape[1]), int(image.shape[0])))
                 future = self._submit(image, ocr_request.pipeline_params, deadline,
                                       len(sizes))
@@ -209,7 +210,8 @@ class OcrService:
             raise ApiError(500, f"OCR failed on page {index + 1}: {type(exc).__name__}") \
                 from None
         started = time.monotonic()
-        encoded = encode_page(output, input_image, visualize, text_layer)
+        with tracing.span("encode", page=index + 1):
+            encoded = encode_page(output, input_image, visualize, text_layer)
         metrics.STAGE_SECONDS.labels("encode").observe(time.monotonic() - started)
         return encoded
 
@@ -231,8 +233,9 @@ class OcrService:
         with self.admission.admit(), self.memory.reserve(body_cost) as reservation:
             metrics.INFLIGHT.inc()
             try:
-                fields, file_bytes = read_fields()
-                ocr_request = self.decode_request(fields, file_bytes)
+                with tracing.span("decode"):
+                    fields, file_bytes = read_fields()
+                    ocr_request = self.decode_request(fields, file_bytes)
                 del fields, file_bytes  # the request keeps the decoded file only
                 reservation.grow_to(max(reservation.nbytes, 2 * len(ocr_request.file_bytes
                                                                      or b"")))

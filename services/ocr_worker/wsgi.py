@@ -6,6 +6,6 @@ from services.ocr_api.logs import configure_json_logging
 from .app import create_app
 from .config import WorkerConfig
 
-config = WorkerConfig.from_env()
+config = WorkerConfig.handed_over()  # read by gunicorn's master (gunicorn.conf.py)
 configure_json_logging("ocr_worker", config.log_level)
 app = create_app(config)
