@@ -221,7 +221,8 @@ def fleet(tmp_path_factory):
         "GATEWAY_JOBS_DB": str(logs / "jobs.sqlite3"),
         "GATEWAY_JOBS_CALLBACK_ALLOW_PRIVATE": "true",
         "GATEWAY_JOBS_CALLBACK_SECRET": "monitoring-test-secret-0123456789",
-        "GATEWAY_JOBS_CALLBACK_BACKOFF_S": "0.2"}, logs / "gateway.log"))
+        "GATEWAY_JOBS_CALLBACK_BACKOFF_S": "0.2", "GATEWAY_CACHE_ENABLED": "true",
+        "GATEWAY_CACHE_PATH": str(logs / "cache.sqlite3")}, logs / "gateway.log"))
     gateway = f"http://127.0.0.1:{gateway_port}"
     try:
         for process in processes:
@@ -230,6 +231,10 @@ def fleet(tmp_path_factory):
             process.wait_ready(120)
         answer = requests.post(f"{gateway}/ocr", json={"file": pdf(3)}, timeout=60)
         assert answer.status_code == 200, answer.text
+        # the page cache looked up (a bypass here: the dropping replica reports no engine)
+        wait_until(lambda: "ocr_gateway_cache_lookups_total{" in
+                   requests.get(f"{gateway}/metrics", timeout=5).text, 30,
+                   what="a page cache lookup")
         # a 429: a second document while the first fills the queue
         first = threading.Thread(target=requests.post, args=(f"{gateway}/ocr",),
                                  kwargs={"json": {"file": pdf(6)}, "timeout": 60})

@@ -160,3 +160,28 @@ def test_the_accuracy_corpus_wraps_a_scan_pixel_for_pixel(dpi):
     assert filters == ["/FlateDecode"] and accuracy_corpus.is_pixel_exact(pdf, scan.image)
     [page], _ = rendered(pdf)
     assert page.shape[:2] == (scan.image.height, scan.image.width)
+
+
+@pytest.mark.parametrize("dpi", [150, 200, 300, 400])
+def test_a_scan_that_is_exactly_its_image_is_taken_out_not_rendered(dpi):
+    """Page sizes in points that are not whole pixels at the render scale make pdfium
+    resample every pixel; a page that is one opaque image over all of it is decoded from the
+    file instead: exactly the scan's pixels at every dpi."""
+    from loadtest import accuracy_corpus
+
+    scan = accuracy_corpus.synthetic_scan("receipt-8pt", dpi)
+    [page], _ = rendered(accuracy_corpus.image_only_pdf(scan.image, dpi))
+    expected = np.asarray(scan.image.convert("L"))
+    assert np.array_equal(page[:, :, 0], expected) and np.array_equal(page[:, :, 2], expected)
+
+
+def test_a_page_with_more_than_its_image_is_still_rendered():
+    buffer = io.BytesIO()
+    pdf = canvas.Canvas(buffer, pagesize=(72, 96))
+    pdf.drawImage(ImageReader(page_image(300, 400)), 0, 0, width=72, height=96)
+    pdf.setFillColorRGB(1, 0, 0)
+    pdf.rect(10, 10, 20, 20, fill=1, stroke=0)  # drawn over the scan: a render shows it
+    pdf.save()
+    [page], _ = rendered(buffer.getvalue())
+    assert page.shape[:2] == (400, 300)
+    assert tuple(page[400 - 50, 80]) == (0, 0, 255)  # the red square (BGR), not the scan

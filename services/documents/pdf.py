@@ -61,6 +61,11 @@ class PlacedImage:
     height_pt: float
 
 
+PLAIN_COLORSPACES = (pdfium_c.FPDF_COLORSPACE_DEVICEGRAY, pdfium_c.FPDF_COLORSPACE_DEVICERGB,
+                     pdfium_c.FPDF_COLORSPACE_CALGRAY, pdfium_c.FPDF_COLORSPACE_CALRGB,
+                     pdfium_c.FPDF_COLORSPACE_ICCBASED)
+
+
 def placed_images(page: pdfium.PdfPage) -> list[PlacedImage]:
     """Every image drawn on the page, at most MAX_FORM_DEPTH Form XObjects deep, from pdfium's
     object list: pixel sizes from the image dictionaries, no image is decoded. Raw calls: a
@@ -95,6 +100,45 @@ def _collect(parent, count, get, outer: tuple[float, float, float, float], depth
             placed = PlacedImage(width.value, height.value, math.hypot(a, b), math.hypot(c, d))
             if placed.width_px and placed.height_px and placed.width_pt and placed.height_pt:
                 images.append(placed)
+
+
+def page_image_pixels(page: pdfium.PdfPage, width_px: int, height_px: int):
+    """The pixels of a page that is exactly one opaque image of `width_px` x `height_px`
+    drawn upright over all of it (a scan as a scanner writes it), decoded from the file, not
+    rendered: a render stretches the image over the page's size in points times the scale,
+    which for most sizes is a hair off whole pixels and resamples every pixel. A numpy array
+    (gray, BGR or BGRA as pdfium gives it), or None when the page is anything else (rotated,
+    cropped off the image, more than one object, a mask or transparency, an uncommon colour
+    space): then it is rendered. The caller holds PDFIUM_LOCK."""
+    if page.get_rotation() % 360 or pdfium_c.FPDFPage_CountObjects(page) != 1:
+        return None
+    obj = pdfium_c.FPDFPage_GetObject(page, 0)
+    if (not obj or pdfium_c.FPDFPageObj_GetType(obj) != pdfium_c.FPDF_PAGEOBJ_IMAGE
+            or pdfium_c.FPDFPageObj_HasTransparency(obj)):
+        return None
+    width, height = ctypes.c_uint(), ctypes.c_uint()
+    if (not pdfium_c.FPDFImageObj_GetImagePixelSize(obj, width, height)
+            or (width.value, height.value) != (width_px, height_px)):
+        return None
+    matrix = pdfium_c.FS_MATRIX()
+    if not pdfium_c.FPDFPageObj_GetMatrix(obj, matrix):
+        return None
+    left, bottom, right, top = page.get_cropbox()
+    placed = (matrix.a, matrix.b, matrix.c, matrix.d, matrix.e, matrix.f)
+    wanted = (right - left, 0.0, 0.0, top - bottom, left, bottom)
+    if any(abs(got - want) > 0.01 for got, want in zip(placed, wanted)):
+        return None
+    metadata = pdfium_c.FPDF_IMAGEOBJ_METADATA()
+    if (not pdfium_c.FPDFImageObj_GetImageMetadata(obj, page, metadata)
+            or metadata.colorspace not in PLAIN_COLORSPACES):
+        return None
+    raw = pdfium_c.FPDFImageObj_GetBitmap(obj)
+    if not raw:
+        return None
+    bitmap = pdfium.PdfBitmap.from_raw(raw)  # pdfium's buffer, freed with the wrapper
+    pixels = bitmap.to_numpy().copy()
+    del bitmap
+    return pixels if pixels.shape[:2] == (height_px, width_px) else None
 
 
 def _compose(inner: tuple[float, float, float, float], outer: tuple[float, float, float, float]

@@ -23,7 +23,8 @@ from PIL import Image
 
 from services.documents.pages import select_pages
 from services.documents.pdf import (PDFIUM_LOCK, LayerLine, PlacedImage, TextLayer, open_pdf,
-                                    placed_images, read_text_layer, text_annotations)
+                                    page_image_pixels, placed_images, read_text_layer,
+                                    text_annotations)
 from services.documents.tiff import count_tiff_frames
 from services.ocr_api.errors import ApiError, excerpt, unprocessable
 from services.ocr_api.request import (TEXT_LAYER_AUTO, TEXT_LAYER_IGNORE, OcrRequest,
@@ -186,11 +187,15 @@ class PdfDocument(Document):
             try:
                 page = self._pdf[index]
                 scale = self._scales.get(index) or self._page_scale(page, index)
-                bitmap = page.render(scale=scale)
-                try:
-                    image = bitmap.to_numpy().copy()
-                finally:
-                    bitmap.close()
+                width_pt, height_pt = page.get_size()
+                image = page_image_pixels(page, math.ceil(width_pt * scale),
+                                          math.ceil(height_pt * scale))
+                if image is None:  # anything but a scan that is exactly its image
+                    bitmap = page.render(scale=scale)
+                    try:
+                        image = bitmap.to_numpy().copy()
+                    finally:
+                        bitmap.close()
             except pdfium.PdfiumError as exc:
                 raise unprocessable(f"Page {index + 1} of the PDF cannot be rendered "
                                     f"({excerpt(str(exc), 80)}): "
@@ -198,6 +203,8 @@ class PdfDocument(Document):
             finally:
                 if page is not None:
                     page.close()
+        if image.ndim == 3 and image.shape[2] == 1:
+            image = image[:, :, 0]
         if image.ndim == 3 and image.shape[2] == 4:
             image = cv2.cvtColor(image, cv2.COLOR_BGRA2BGR)
         elif image.ndim == 2:
