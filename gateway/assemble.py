@@ -11,7 +11,8 @@ from typing import Any
 @dataclass
 class PageOutcome:
     """One page of the document: its index in the original file and either the worker's
-    `ocrResults` entry plus rendered size, or an error."""
+    `ocrResults` entry plus rendered size, or an error. `cached`: answered from the page
+    cache (gateway/cache/) instead of by a replica."""
 
     page_index: int
     ocr_result: dict[str, Any] | None = None
@@ -19,6 +20,7 @@ class PageOutcome:
     error_code: int = 0
     error_msg: str = ""
     doc_type: str = "pdf"  # the worker's dataInfo.type: "pdf", "image" or "tiff"
+    cached: bool = False
 
 
 class MalformedReply(ValueError):

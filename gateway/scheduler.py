@@ -466,6 +466,8 @@ class Scheduler:
             task.cache.result = None
             self._requeue(doc, task, delay=0.0)
             return
+        for page in pages:
+            page.cached = True
         doc.cache.hits += len(pages)
         metrics.CACHE_PAGES.inc(len(pages))
         self._settle_pages(doc, task, pages)

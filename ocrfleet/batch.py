@@ -100,6 +100,7 @@ class Tally:
     done: int = 0
     skipped: int = 0
     pages: int = 0
+    cached: int | None = None  # pages answered from the gateway's page cache (None: it is off)
     retried: int = 0
     failed: list[dict] = field(default_factory=list)
 
@@ -115,18 +116,20 @@ class BatchOptions:
 
 
 def _one(client: Client, options: BatchOptions, relative: Path,
-         outputs: dict[str, Path]) -> tuple[int, int]:
+         outputs: dict[str, Path]) -> tuple[int, int, int | None]:
     answer = client.ocr(options.input_dir / relative, options.formats)
     for fmt, path in outputs.items():
         write_atomically(options.output_dir / path, answer.outputs[fmt])
-    return answer.pages, answer.attempts
+    return answer.pages, answer.attempts, answer.cached
 
 
 def _record(future, relative: Path, tally: Tally) -> None:
     try:
-        pages, attempts = future.result()
+        pages, attempts, cached = future.result()
         tally.done += 1
         tally.pages += pages
+        if cached is not None:
+            tally.cached = (tally.cached or 0) + cached
         tally.retried += attempts > 1
     except OcrFailed as exc:
         tally.failed.append({"file": str(relative), "status": exc.status,
@@ -145,9 +148,18 @@ def _report(options: BatchOptions, client: Client, tally: Tally, total: int,
             "output_dir": str(options.output_dir), "formats": options.formats,
             "files": total, "done": tally.done, "skipped_already_done": tally.skipped,
             "failed": len(tally.failed), "retried": tally.retried, "pages": tally.pages,
-            "seconds": round(seconds, 2),
+            "cached_pages": tally.cached, "seconds": round(seconds, 2),
             "pages_per_s": round(tally.pages / seconds, 3) if seconds > 0 else None,
             "failures": sorted(tally.failed, key=lambda f: f["file"])}
+
+
+def cached_share(tally: Tally) -> dict[str, str]:
+    """The progress bar's `cached=N (P%)`: pages the gateway answered from its page cache,
+    once it has said so for any (nothing while its cache is off)."""
+    if tally.cached is None:
+        return {}
+    share = tally.cached / tally.pages if tally.pages else 0.0
+    return {"cached": f"{tally.cached} ({share:.0%})"}
 
 
 def run(client: Client, options: BatchOptions, out=sys.stdout) -> int:
@@ -178,7 +190,8 @@ def run(client: Client, options: BatchOptions, out=sys.stdout) -> int:
         for future in as_completed(futures):
             _record(future, futures[future], tally)
             elapsed = max(time.monotonic() - started, 1e-9)
-            bar.set_postfix(pages=tally.pages, pages_per_s=f"{tally.pages / elapsed:.2f}",
+            bar.set_postfix(pages=tally.pages, **cached_share(tally),
+                            pages_per_s=f"{tally.pages / elapsed:.2f}",
                             failed=len(tally.failed), refresh=False)
             bar.update(1)
     finally:
@@ -190,6 +203,7 @@ def run(client: Client, options: BatchOptions, out=sys.stdout) -> int:
     write_atomically(report_path, json.dumps(report, indent=2, ensure_ascii=False).encode())
     print(f"{len(files)} file(s): {tally.done} done ({tally.pages} pages in {seconds:.1f} s"
           f"{f', {tally.pages / seconds:.2f} pages/s' if seconds > 0 and tally.pages else ''}"
+          f"{f', {tally.cached} of them from the cache' if tally.cached else ''}"
           f"), {tally.skipped} already done, {len(tally.failed)} failed"
           + (f" (see {report_path})" if tally.failed else ""), file=out)
     for failure in report["failures"][:20]:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import requests
 
+from services.ocr_api.headers import CACHED_PAGES as CACHED_HEADER
 from services.ocr_api.headers import PAGES as PAGES_HEADER
 
 FORMATS = {"json": "application/json", "txt": "text/plain", "pdf": "application/pdf",
@@ -52,6 +53,7 @@ class Answer:
     outputs: dict[str, bytes]  # format -> bytes
     pages: int
     attempts: int
+    cached: int | None = None  # pages the gateway answered from its page cache (None: off)
 
 
 def retry_after(response: requests.Response) -> float | None:
@@ -66,6 +68,15 @@ def retry_after(response: requests.Response) -> float | None:
     try:
         return max(0.0, parsedate_to_datetime(value).timestamp() - time.time())
     except (TypeError, ValueError):
+        return None
+
+
+def cached_pages(response: requests.Response) -> int | None:
+    """X-Ocr-Cached-Pages: how many pages came from the gateway's page cache; None when the
+    gateway does not say (its cache is off, or an older gateway)."""
+    try:
+        return max(0, int(response.headers[CACHED_HEADER]))
+    except (KeyError, ValueError):
         return None
 
 
@@ -133,7 +144,8 @@ class Client:
                 content = response.content
                 outputs = (split_bundle(content, formats) if accept == ZIP
                            else {formats[0]: content})
-                return Answer(outputs, int(response.headers.get(PAGES_HEADER) or 0), attempt)
+                return Answer(outputs, int(response.headers.get(PAGES_HEADER) or 0), attempt,
+                              cached_pages(response))
             if status in BUSY:
                 delay = retry_after(response)
                 delay = backoff(attempt, self.settings.backoff_s) if delay is None else delay

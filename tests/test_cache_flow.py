@@ -1,15 +1,20 @@
 """The page cache end to end on loopback, with sim workers (the engine's output is a digest of
 the page's pixels, so a wrong page served from the cache shows): a 40-page PDF built from 4
 distinct pages reads 4 pages cold and none warm; cached answers equal uncached ones field for
-field for an image, a PDF and a TIFF, through /ocr and /jobs, as JSON and as text; an API
-key's entries are its own; two gateway processes on one Redis read a page once."""
+field for an image, a PDF and a TIFF, through /ocr and /jobs, as JSON and as text, and for a
+PDF in every other format (searchable PDF, ALTO, hOCR, the ZIP's members, NDJSON lines, whose
+`cached` flags and `cachedPages` say which pages came from the cache); an API key's entries
+are its own; two gateway processes on one Redis read a page once."""
 
 from __future__ import annotations
 
 import base64
 import concurrent.futures
 import io
+import json
+import re
 import time
+import zipfile
 
 import pypdfium2 as pdfium
 import pytest
@@ -94,6 +99,100 @@ def test_a_pdf_of_four_distinct_pages_reads_four_cold_none_warm_and_answers_the_
     page = requests.get(f"{gateway}/metrics", timeout=5).text
     assert 'ocr_gateway_cache_lookups_total{result="hit"}' in page
     assert metric(gateway, "ocr_gateway_cache_pages_total") >= 36 + 40 + 40 + 8
+
+
+def ndjson(response) -> tuple[list[dict], dict]:
+    lines = [json.loads(line) for line in response.text.splitlines() if line]
+    return lines[:-1], lines[-1]
+
+
+def without(line: dict, *names: str) -> dict:
+    return {k: v for k, v in line.items() if k not in ("logId", *names)}
+
+
+def pdf_pages(data: bytes) -> list[tuple[str, tuple[float, float]]]:
+    """A searchable PDF as a reader sees it: each page's text layer and size."""
+    document = pdfium.PdfDocument(data)
+    try:
+        return [(page.get_textpage().get_text_range(), tuple(page.get_size()))
+                for page in document]
+    finally:
+        document.close()
+
+
+def unnamed(data: bytes) -> bytes:
+    """A searchable PDF's bytes but for what is random in every build, cached or not: the
+    name of each page's text layer XObject (`/OcrText` and a token, so it never clashes
+    with the page's own names) and the trailer's /ID."""
+    data = re.sub(rb"/OcrText[A-Za-z0-9_-]+", b"/OcrText", data)
+    return re.sub(rb"/ID \[<[0-9a-fA-F]*><[0-9a-fA-F]*>\]", b"/ID []", data)
+
+
+def test_a_pdf_cached_answers_the_same_in_every_format_and_its_lines_say_which(fleet):
+    workers, gateway = fleet
+    pdf = repeated_pdf(3, 6)
+    formats = ["application/pdf", "application/alto+xml", "text/vnd.hocr+html",
+               "application/zip", "application/x-ndjson"]
+    uncached = {fmt: ocr(gateway, pdf, {"Cache-Control": "no-store"}, accept=fmt)
+                for fmt in formats}
+    before = served(workers)
+    cold = ocr(gateway, pdf, accept="application/x-ndjson")
+    assert served(workers) - before == 3
+    warm = {fmt: ocr(gateway, pdf, accept=fmt) for fmt in formats}
+    assert served(workers) - before == 3  # every format above from the cache
+    for fmt in formats[:4]:
+        assert warm[fmt].headers["X-Ocr-Cached-Pages"] == "6", fmt
+
+    pages = pdf_pages(uncached["application/pdf"].content)
+    assert len(pages) == 6 and pages[0][0] == pages[3][0] != pages[1][0]
+    assert pdf_pages(warm["application/pdf"].content) == pages
+    assert unnamed(warm["application/pdf"].content) == \
+        unnamed(uncached["application/pdf"].content)
+    for fmt in ("application/alto+xml", "text/vnd.hocr+html"):
+        assert warm[fmt].content == uncached[fmt].content, fmt
+    members = [zipfile.ZipFile(io.BytesIO(answers["application/zip"].content))
+               for answers in (uncached, warm)]
+    assert members[0].namelist() == members[1].namelist()
+    assert same(*(json.loads(m.read("result.json")) for m in members))
+    for name in ("text.txt", "result.alto.xml", "result.hocr"):
+        assert members[0].read(name) == members[1].read(name), name
+    assert pdf_pages(members[1].read("searchable.pdf")) == pages
+    assert unnamed(members[0].read("searchable.pdf")) == \
+        unnamed(members[1].read("searchable.pdf"))
+    assert members[1].read("result.alto.xml") == warm["application/alto+xml"].content
+
+    # NDJSON: the same lines but for `cached`, and a summary counting the cached pages
+    first, first_summary = ndjson(uncached["application/x-ndjson"])
+    again, again_summary = ndjson(cold)
+    last, last_summary = ndjson(warm["application/x-ndjson"])
+    assert [line["cached"] for line in first] == [False] * 6
+    assert [line["cached"] for line in again] == [False] * 3 + [True] * 3  # waited for twins
+    assert [line["cached"] for line in last] == [True] * 6
+    assert (first_summary["cachedPages"], again_summary["cachedPages"],
+            last_summary["cachedPages"]) == (0, 3, 6)
+    for lines in (again, last):
+        assert [without(line, "cached") for line in lines] == \
+            [without(line, "cached") for line in first]
+    assert without(last_summary, "cachedPages") == without(first_summary, "cachedPages")
+
+    # a job's NDJSON result says the same
+    def job_lines(headers=None):
+        answer = requests.post(f"{gateway}/jobs", json={"file": b64(pdf), "visualize": False},
+                               headers=headers or {}, timeout=60)
+        job_id = answer.json()["result"]["jobId"]
+        wait_until(lambda: requests.get(f"{gateway}/jobs/{job_id}", params={"wait": 5},
+                                        timeout=30).json()["result"]["state"] == "succeeded",
+                   60, what="the job to finish")
+        return ndjson(requests.get(f"{gateway}/jobs/{job_id}/result", timeout=30,
+                                   headers={"Accept": "application/x-ndjson"}))
+
+    job_uncached, job_uncached_summary = job_lines({"Cache-Control": "no-store"})
+    job_cached, job_cached_summary = job_lines()
+    assert [line["cached"] for line in job_uncached] == [False] * 6
+    assert [line["cached"] for line in job_cached] == [True] * 6
+    assert (job_uncached_summary["cachedPages"], job_cached_summary["cachedPages"]) == (0, 6)
+    assert [without(line, "cached") for line in job_cached] == \
+        [without(line, "cached") for line in job_uncached]
 
 
 @pytest.mark.parametrize("kind", ["image", "tiff"])

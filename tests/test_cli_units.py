@@ -214,3 +214,56 @@ def test_ocr_command_writes_one_answer_or_exits_1_with_the_reason(server, docume
     assert cli.main(["ocr", str(tmp_path / "missing.png"), "--url", server.url]) == 2
     with pytest.raises(SystemExit):
         cli.main(["ocr", str(document), "--format", "txt,pdf"])
+
+
+def test_batch_shows_the_share_of_pages_the_gateways_cache_answered(server, tmp_path):
+    source, target = tmp_path / "in", tmp_path / "out"
+    source.mkdir()
+    for name in ("a.pdf", "b.pdf", "c.png"):
+        (source / name).write_bytes(name.encode())
+
+    def answer(headers, body):  # b.pdf: 3 of its 4 pages from the cache, a.pdf 0 of 4
+        cached = {b"a.pdf": "0", b"b.pdf": "3"}
+        name = next((n for n in cached if n in body), None)
+        extra = {"X-Ocr-Cached-Pages": cached[name]} if name else {}  # c.png: cache off
+        return 200, {"X-Ocr-Pages": "4" if name else "1", **extra}, b"text"
+
+    server.default = answer
+    assert Client(Settings(url=server.url)).ocr(source / "b.pdf", ["txt"]).cached == 3
+    assert Client(Settings(url=server.url)).ocr(source / "c.png", ["txt"]).cached is None
+    assert batch.cached_share(batch.Tally(pages=9, cached=3)) == {"cached": "3 (33%)"}
+    assert batch.cached_share(batch.Tally(pages=9)) == {}  # the gateway never said
+    options = batch.BatchOptions(source, target, ["txt"], progress=False)
+    out = io.StringIO()
+    assert batch.run(Client(Settings(url=server.url)), options, out=out) == 0
+    report = json.loads((target / "ocrfleet-report.json").read_text())
+    assert (report["pages"], report["cached_pages"]) == (9, 3)
+    assert "(9 pages in" in out.getvalue() and "3 of them from the cache)" in out.getvalue()
+    (target / "b.txt").unlink()
+    server.default = lambda headers, body: (200, {"X-Ocr-Pages": "4"}, b"text")
+    out = io.StringIO()  # a gateway whose cache is off: no count, nothing shown
+    assert batch.run(Client(Settings(url=server.url)), options, out=out) == 0
+    assert json.loads((target / "ocrfleet-report.json").read_text())["cached_pages"] is None
+    assert "(4 pages in" in out.getvalue() and "from the cache" not in out.getvalue()
+
+
+def test_the_progress_bar_carries_the_cached_share(server, tmp_path, monkeypatch):
+    source, target = tmp_path / "in", tmp_path / "out"
+    source.mkdir()
+    (source / "a.pdf").write_bytes(b"a")
+    server.default = lambda headers, body: (200, {"X-Ocr-Pages": "4",
+                                                  "X-Ocr-Cached-Pages": "4"}, b"text")
+    postfixes = []
+    real = batch.tqdm
+
+    class Recording(real):
+        def set_postfix(self, *args, **kwargs):
+            postfixes.append(kwargs)
+            return super().set_postfix(*args, **kwargs)
+
+    monkeypatch.setattr(batch, "tqdm", Recording)
+    out = io.StringIO()
+    options = batch.BatchOptions(source, target, ["txt"], progress=False)
+    assert batch.run(Client(Settings(url=server.url)), options, out=out) == 0
+    assert postfixes[-1]["cached"] == "4 (100%)"
+    assert "4 pages in" in out.getvalue() and "4 of them from the cache" in out.getvalue()

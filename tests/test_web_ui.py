@@ -201,6 +201,10 @@ def test_progress_reads_pages_rate_and_time_left(context, local_gateway):
         "0 pages done · waiting for the first page…"
     assert page.evaluate("() => window.ocrfleet.progressText(3, 3, 2, true)") == \
         "3 of 3 pages · 1.50 pages/s · finished in 2.0 s"
+    assert page.evaluate("() => window.ocrfleet.progressText(4, 10, 2, false, 3)") == \
+        "4 of 10 pages · 3 of 4 pages from the cache · 2.00 pages/s · about 3 s left"
+    assert page.evaluate("() => window.ocrfleet.progressText(3, 3, 2, true, 0)") == \
+        "3 of 3 pages · 1.50 pages/s · finished in 2.0 s"  # none from the cache: not said
     shapes = page.evaluate("() => window.ocrfleet.boxShapes({rec_polys: [], "
                            "rec_boxes: [[1, 2, 3, 4]]})")
     assert shapes == [[[1, 2], [3, 2], [3, 4], [1, 4]]]
@@ -368,3 +372,32 @@ def test_an_image_is_drawn_from_the_upload_itself_without_visualization(context,
     assert page.get_attribute("#progress", "max") == "1"
     assert page.evaluate("() => document.querySelector('#page-1 img').naturalWidth") == \
         image.width
+
+
+# ---- the page cache: a gateway with its cache on over sim workers ----------------------------
+def test_the_progress_says_how_many_pages_came_from_the_cache(context, tmp_path):
+    from tests.test_cache_flow import SIM, repeated_pdf
+    from tests.test_flow_integration import start_gateway, start_workers
+
+    processes = []
+    try:
+        workers = start_workers(processes, tmp_path, 1, SIM)
+        gateway = start_gateway(processes, tmp_path, {"GATEWAY_REPLICAS": workers[0]},
+                                GATEWAY_CACHE_ENABLED="true",
+                                GATEWAY_CACHE_PATH=str(tmp_path / "cache.sqlite3"),
+                                GATEWAY_JOBS_DB=str(tmp_path / "jobs.sqlite3"))
+        path = tmp_path / "twice.pdf"
+        path.write_bytes(repeated_pdf(2, 4))  # pages 3 and 4 are pages 1 and 2 again
+        page, _ = open_page(context, gateway)
+        got = read_document(page, path)
+        assert [got["pages"][i]["cached"] for i in range(4)] == [False, False, True, True]
+        assert got["summary"]["cachedPages"] == 2
+        assert "4 of 4 pages · 2 of 4 pages from the cache · " in \
+            page.inner_text("#progress-text")
+        got = read_document(page, path)  # again: every page from the cache
+        assert got["summary"]["cachedPages"] == 4
+        assert "4 of 4 pages · 4 of 4 pages from the cache · " in \
+            page.inner_text("#progress-text")
+        assert page.locator("#pages .page").count() == 4
+    finally:
+        stop_all(processes)

@@ -115,6 +115,8 @@ class StoredPage:
     def of(cls, page: PageOutcome) -> "StoredPage":
         record = {"i": page.page_index, "r": page.ocr_result, "p": page.page_info,
                   "c": page.error_code, "m": page.error_msg, "t": page.doc_type}
+        if page.cached:
+            record["k"] = 1  # answered from the page cache (absent: read by a replica)
         return cls(page.page_index, json.dumps(record, ensure_ascii=False,
                                                separators=(",", ":")))
 
@@ -125,7 +127,7 @@ class StoredPage:
     def outcome(self) -> PageOutcome:
         record = json.loads(self.data)
         return PageOutcome(record["i"], record["r"], record["p"], record["c"], record["m"],
-                           record["t"])
+                           record["t"], bool(record.get("k")))
 
     def failure(self) -> str:
         """The small record kept for a failed page (listed by GET /jobs/{id})."""

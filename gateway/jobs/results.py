@@ -27,15 +27,16 @@ def answer(store: JobStore, job: Job) -> outputs.Answer:
 
 def ndjson_lines(store: JobStore, job: Job) -> Iterator[bytes]:
     """One line per page done, in page order, then a summary: /ocr's summary line once the
-    job has ended, else `{"done": false, "state", "pagesDone", "numPages"}`."""
+    job has ended, else `{"done": false, "state", "pagesDone", "numPages", "cachedPages"}`."""
     seen: list[PageOutcome] = []
     yield from paddlex.ndjson_pages(job.spec.log_id, answer(store, job).pages(), seen)
     if job.active:
         summary = {"logId": job.spec.log_id, "state": job.state, "done": False,
-                   "pagesDone": len(seen), "numPages": job.num_pages}
+                   "pagesDone": len(seen), "numPages": job.num_pages,
+                   "cachedPages": paddlex.cached_pages(seen)}
     elif job.state == FAILED:
         summary = {**envelope.no_result(job.spec.log_id, job.error_code, job.error_msg),
-                   "done": True, "numPages": len(seen)}
+                   "done": True, "numPages": len(seen), "cachedPages": paddlex.cached_pages(seen)}
     else:
         summary = paddlex.stream_summary_line(job.spec.log_id, seen, job.spec.page_range_given)
     yield paddlex.line({**summary, "jobId": job.id, "state": job.state})

@@ -54,11 +54,18 @@ def describe_failures(pages: list[PageOutcome]) -> tuple[int, str]:
                     "Send returnPartialResults: true to get the other pages anyway")
 
 def stream_page_line(log_id: str, page: PageOutcome) -> dict[str, Any]:
+    """A page's NDJSON line; `cached` (always there, false while the cache is off) says it
+    was answered from the page cache."""
     if page.error_code:
         return {"logId": log_id, "pageIndex": page.page_index, "errorCode": page.error_code,
-                "errorMsg": page.error_msg}
+                "errorMsg": page.error_msg, "cached": False}
     return {"logId": log_id, "pageIndex": page.page_index, "ocrResult": page.ocr_result,
-            "pageInfo": page.page_info}
+            "pageInfo": page.page_info, "cached": page.cached}
+
+
+def cached_pages(pages: Iterable[PageOutcome]) -> int:
+    """How many of these pages were answered from the page cache."""
+    return sum(1 for page in pages if page.cached and not page.error_code)
 
 def stream_summary_line(log_id: str, pages: list[PageOutcome],
                         page_range_given: bool) -> dict[str, Any]:
@@ -70,6 +77,7 @@ def stream_summary_line(log_id: str, pages: list[PageOutcome],
         line = envelope.success(log_id, {"dataInfo": data_info(pages, page_range_given)})
     line["done"] = True
     line["numPages"] = len(pages)
+    line["cachedPages"] = cached_pages(pages)
     return line
 
 

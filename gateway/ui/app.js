@@ -183,7 +183,7 @@
       if (typeof line.numPages === "number") current.total = line.numPages;
       const page = { index: line.pageIndex, ocrResult: line.ocrResult || null,
         pageInfo: line.pageInfo || null, errorCode: line.errorCode || 0,
-        errorMsg: line.errorMsg || "" };
+        errorMsg: line.errorMsg || "", cached: line.cached === true };
       current.pages.push(page);
       el.pages.append(renderPage(current, page));
       el.docActions.hidden = false;
@@ -198,10 +198,12 @@
   }
 
   // ---- progress -------------------------------------------------------------------------
-  function progressText(done, total, seconds, finished) {
+  function progressText(done, total, seconds, finished, cached = 0) {
     const rate = seconds > 0 ? done / seconds : 0;
     const parts = [total == null ? `${done} page${done === 1 ? "" : "s"} done`
       : `${done} of ${total} page${total === 1 ? "" : "s"}`];
+    // pages the gateway answered from its page cache (the line's "cached" flag)
+    if (cached > 0) parts.push(`${cached} of ${done} page${done === 1 ? "" : "s"} from the cache`);
     if (done > 0) parts.push(`${rate.toFixed(rate < 10 ? 2 : 1)} pages/s`);
     if (finished) parts.push(`finished in ${seconds.toFixed(1)} s`);
     else if (total != null && done > 0 && rate > 0) {
@@ -225,8 +227,9 @@
       el.progress.max = Math.max(current.total, 1);
       el.progress.value = done;
     }
+    const cached = current.pages.filter((page) => page.cached).length;
     el.progressText.textContent = progressText(done, current.total, seconds,
-      current.finished != null);
+      current.finished != null, cached);
   }
 
   // ---- drawing a page -------------------------------------------------------------------
