@@ -63,6 +63,25 @@ def gateway_memory_table(result: dict[str, Any]) -> str:
         f"`{result['command']}` (gateway: {result['gateway_env']})."])
 
 
+def scan_pdf_table(result: dict[str, Any]) -> str:
+    part = result["scan_pdf"]
+    rows = [[f"{c['page']} at {c['scan_dpi']} dpi", "x".join(map(str, c["pixels"])),
+             "yes" if c["decoded"]["identical"] else "no", f"{c['image']['cer']:.4f}",
+             f"{c['pdf']['cer']:.4f}", f"{c['pdf_image_ratio']:.2f}"] for c in part["cases"]]
+    rows += [[f"all pages at {dpi} dpi", "", "", f"{s['image']:.4f}", f"{s['pdf']:.4f}",
+              f"{s['ratio']:.2f}"] for dpi, s in part["by_dpi"].items()]
+    engine = part["engines"][0] if part["engines"] else {}
+    return "\n".join([
+        _markdown(["scan", "pixels", "PDF read as the same pixels", "CER as an image",
+                   "CER as a PDF", "PDF ÷ image"], rows),
+        f"\nGoal (within 10 % or +0.001 at each dpi, no page much worse): "
+        f"{'met' if part['goal']['met'] else 'missed'}. Engine: {engine.get('engine')} "
+        f"{engine.get('det_model')} + {engine.get('rec_model')}, {engine.get('backend')} "
+        f"{engine.get('precision')}. Measured {result['measured_at']} at commit "
+        f"{result.get('commit', '?')} on {result['machine']['cpus']} × "
+        f"{result['machine']['cpu_model']}: `{result['command']}`."])
+
+
 def _markdown(headers: list[str], rows: list[list[Any]]) -> str:
     cells = [[report._fmt(v) for v in row] for row in rows]
     out = ["| " + " | ".join(headers) + " |", "|" + " --- |" * len(headers)]
@@ -77,6 +96,7 @@ TABLES: list[tuple[str, str, str, Callable[[dict[str, Any]], str]]] = [
     ("docs/capacity.md", "gateway-memory", "gateway-memory.json", gateway_memory_table),
     ("docs/capacity.md", "gateway-memory-before", "gateway-memory-before.json",
      gateway_memory_table),
+    ("docs/benchmarks.md", "scan-pdf", "scan-pdf-accuracy.json", scan_pdf_table),
 ]
 
 
