@@ -107,7 +107,7 @@ class GatewayConfig(ServerSettings):
     max_inflight: int = setting("GATEWAY_MAX_INFLIGHT", 256, 1, 65536)
     # pages admitted and not yet done, per gateway process
     queue_pages: int = setting("GATEWAY_QUEUE_PAGES", 1000, 1)
-    # document bytes held for admitted documents
+    # the memory budget of requests: bodies being read, documents, answers not yet sent
     queue_bytes: int = setting("GATEWAY_QUEUE_BYTES", 512 * 1024 * 1024, 1024)
     # pages a worker holds when it does not say (gateway.fleet)
     replica_target: float = setting("GATEWAY_REPLICA_TARGET", 2.0, 1, 1024)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import base64
-import io
 import json
 import shutil
 import statistics
@@ -24,7 +23,6 @@ import time
 import uuid
 from pathlib import Path
 
-import pypdfium2 as pdfium
 import requests
 
 from gateway.cache.key import pdf_chunk_digest
@@ -33,15 +31,6 @@ from gateway.cache.store import SqliteCacheStore
 from gateway.split import PdfCutter
 from loadtest import documents
 from scripts.fleet import free_port, gateway_process, redis_process, stop_all, worker_process
-
-
-def repeated_pdf(distinct: int, total: int) -> bytes:
-    source = pdfium.PdfDocument(documents.labelled_pdf(distinct))
-    target = pdfium.PdfDocument.new()
-    target.import_pages(source, [i % distinct for i in range(total)])
-    buffer = io.BytesIO()
-    target.save(buffer)
-    return buffer.getvalue()
 
 
 def served(workers) -> float:
@@ -85,7 +74,7 @@ def fleet_runs(page_ms: int, workers_n: int, work: Path) -> dict:
         gateway.wait_ready(30)
         url = f"http://127.0.0.1:{port}"
         results = {}
-        pdf40 = repeated_pdf(4, 40)
+        pdf40 = documents.repeated_pdf(4, 40)
         before = served(urls)
         results["pdf40_of_4_uncached"] = {**read(url, pdf40, {"Cache-Control": "no-store"}),
                                           "pagesRead": served(urls) - before}

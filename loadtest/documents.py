@@ -188,3 +188,16 @@ def dense_pdf(num_pages: int, seed: int = 0) -> bytes:
         pdf.showPage()
     pdf.save()
     return buffer.getvalue()
+
+
+def repeated_pdf(distinct: int, total: int) -> bytes:
+    """`total` pages that repeat `distinct` labelled pages in turn (a cover sheet, a form):
+    what the page cache reads once."""
+    import pypdfium2 as pdfium
+
+    source = pdfium.PdfDocument(labelled_pdf(distinct))
+    target = pdfium.PdfDocument.new()
+    target.import_pages(source, [i % distinct for i in range(total)])
+    buffer = io.BytesIO()
+    target.save(buffer)
+    return buffer.getvalue()

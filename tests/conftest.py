@@ -6,7 +6,9 @@ from __future__ import annotations
 import base64
 import os
 import sys
+import threading
 import time
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -103,6 +105,21 @@ def _uses_module_fixture(item) -> bool:
     return info is not None and any(
         definitions[-1].scope in ("module", "package", "class")
         for definitions in info.name2fixturedefs.values() if definitions)
+
+
+class LoopbackServer:
+    """A threaded HTTP server on 127.0.0.1 (a free port) for a test's fake peer, serving
+    `handler` until close()."""
+
+    def __init__(self, handler):
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def wait_until(condition, timeout: float = 30.0, interval: float = 0.05, what: str = ""):

@@ -35,15 +35,6 @@ def b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
 
 
-def repeated_pdf(distinct: int, total: int) -> bytes:
-    source = pdfium.PdfDocument(documents.labelled_pdf(distinct))
-    target = pdfium.PdfDocument.new()
-    target.import_pages(source, [i % distinct for i in range(total)])
-    buffer = io.BytesIO()
-    target.save(buffer)
-    return buffer.getvalue()
-
-
 def served(workers) -> float:
     return sum(metric(url, "ocr_worker_pages_total", '{outcome="ok"}') for url in workers)
 
@@ -72,7 +63,7 @@ def fleet(processes, tmp_path):  # noqa: F811
 
 def test_a_pdf_of_four_distinct_pages_reads_four_cold_none_warm_and_answers_the_same(fleet):
     workers, gateway = fleet
-    pdf = repeated_pdf(4, 40)
+    pdf = documents.repeated_pdf(4, 40)
     before = served(workers)
     uncached = ocr(gateway, pdf, {"Cache-Control": "no-store"})
     assert served(workers) - before == 40 and "X-Ocr-Cached-Pages" in uncached.headers
@@ -91,7 +82,7 @@ def test_a_pdf_of_four_distinct_pages_reads_four_cold_none_warm_and_answers_the_
     assert text_warm.headers["X-Ocr-Cached-Pages"] == "40"
     assert text_uncached.text == text_warm.text
     # another file holding the same pages (other object numbers, metadata): all cached
-    other = repeated_pdf(4, 8)
+    other = documents.repeated_pdf(4, 8)
     assert ocr(gateway, other).headers["X-Ocr-Cached-Pages"] == "8"
     assert served(workers) - before == 4 + 40  # only the no-cache request read pages
     # another parameter is another key
@@ -130,7 +121,7 @@ def unnamed(data: bytes) -> bytes:
 
 def test_a_pdf_cached_answers_the_same_in_every_format_and_its_lines_say_which(fleet):
     workers, gateway = fleet
-    pdf = repeated_pdf(3, 6)
+    pdf = documents.repeated_pdf(3, 6)
     formats = ["application/pdf", "application/alto+xml", "text/vnd.hocr+html",
                "application/zip", "application/x-ndjson"]
     uncached = {fmt: ocr(gateway, pdf, {"Cache-Control": "no-store"}, accept=fmt)

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 import requests
 
 from loadtest import documents
 from scripts.fleet import free_port, gateway_process, stop_all
+from tests.conftest import LoopbackServer
 
 pytestmark = pytest.mark.slow  # starts a server: scheduled first (tests/conftest.py)
 
@@ -59,14 +59,11 @@ class HostileReplica:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_port}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = LoopbackServer(Handler)
+        self.url = self.server.url
 
     def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.close()
 
 
 def test_nonsense_from_a_replica_fails_its_pages_not_the_gateway(tmp_path):

@@ -20,7 +20,7 @@ import re
 import shutil
 import subprocess
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -30,7 +30,7 @@ import yaml
 from deploy.monitoring import render
 from loadtest import documents
 from scripts.fleet import ManagedProcess, free_port, gateway_process, stop_all, worker_process
-from tests.conftest import b64, wait_until
+from tests.conftest import LoopbackServer, b64, wait_until
 from tests.test_jobs_callbacks import Receiver
 
 pytestmark = pytest.mark.slow  # starts servers: scheduled first (tests/conftest.py)
@@ -187,14 +187,11 @@ class DroppingReplica:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_port}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = LoopbackServer(Handler)
+        self.url = self.server.url
 
     def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        self.server.close()
 
 
 def pdf(pages: int) -> str:
