@@ -65,7 +65,7 @@ def gateway_memory_table(result: dict[str, Any]) -> str:
 
 def scan_pdf_table(result: dict[str, Any]) -> str:
     part = result["scan_pdf"]
-    rows = [[f"{c['page']} at {c['scan_dpi']} dpi", "x".join(map(str, c["pixels"])),
+    rows = [[f"{c['page']}, as a {c['pdf_dpi']}-dpi PDF", "x".join(map(str, c["pixels"])),
              "yes" if c["decoded"]["identical"] else "no", f"{c['image']['cer']:.4f}",
              f"{c['pdf']['cer']:.4f}", f"{c['pdf_image_ratio']:.2f}"] for c in part["cases"]]
     rows += [[f"all pages at {dpi} dpi", "", "", f"{s['image']:.4f}", f"{s['pdf']:.4f}",
