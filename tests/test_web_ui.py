@@ -376,7 +376,7 @@ def test_an_image_is_drawn_from_the_upload_itself_without_visualization(context,
 
 # ---- the page cache: a gateway with its cache on over sim workers ----------------------------
 def test_the_progress_says_how_many_pages_came_from_the_cache(context, tmp_path):
-    from tests.test_cache_flow import SIM, repeated_pdf
+    from tests.test_cache_flow import SIM
     from tests.test_flow_integration import start_gateway, start_workers
 
     processes = []
@@ -387,7 +387,7 @@ def test_the_progress_says_how_many_pages_came_from_the_cache(context, tmp_path)
                                 GATEWAY_CACHE_PATH=str(tmp_path / "cache.sqlite3"),
                                 GATEWAY_JOBS_DB=str(tmp_path / "jobs.sqlite3"))
         path = tmp_path / "twice.pdf"
-        path.write_bytes(repeated_pdf(2, 4))  # pages 3 and 4 are pages 1 and 2 again
+        path.write_bytes(documents.repeated_pdf(2, 4))  # pages 3 and 4 are pages 1 and 2 again
         page, _ = open_page(context, gateway)
         got = read_document(page, path)
         assert [got["pages"][i]["cached"] for i in range(4)] == [False, False, True, True]
