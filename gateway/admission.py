@@ -54,19 +54,15 @@ class FrontDoor:
         self.queued_bytes = 0
         self._done: deque[tuple[float, int]] = deque()
 
-    def check_room(self) -> None:
-        """Before the body is read: refuse at once when the queue is already full."""
-        with self._lock:
-            if self.queued_pages >= self.max_pages or self.queued_bytes >= self.max_bytes:
-                raise self._full()
-
     def reserve(self, nbytes: int) -> Ticket:
-        """Before a body is read: room for the memory reading it takes, or 429. The bytes
-        are a budget of the process's memory: what a request holds counts until it is
+        """Before a body is read: room for the memory reading it takes, or 429 at once (also
+        when the queue's pages are already full: the body is never read for nothing). The
+        bytes are a budget of the process's memory: what a request holds counts until it is
         answered. One request larger than the budget goes through when nothing else is held
         (the request size limit bounds it)."""
         with self._lock:
-            if self.queued_bytes and self.queued_bytes + nbytes > self.max_bytes:
+            if self.queued_pages >= self.max_pages or (
+                    self.queued_bytes and self.queued_bytes + nbytes > self.max_bytes):
                 raise self._full()
             self.queued_bytes += nbytes
             self._gauges()
