@@ -77,14 +77,25 @@ class FleetView:
         self._outgoing: tuple | None = None  # ((seq, held seq), built at, header)
 
     # ---- what this process says --------------------------------------------------------------
-    def set_demand(self, documents: int, held: int = 0) -> None:
+    def set_demand(self, documents: int, held: int = 0) -> bool:
         """How many documents this process has with pages to send, and the pages in flight of
-        its documents with none left to send (the scheduler's)."""
+        its documents with none left to send (the scheduler's). True when this process has
+        just gone quiet (nothing to send, nothing out) or just woken from quiet: news no page
+        carries soon enough (see `others_listening`)."""
         with self._lock:
+            was_busy = bool(self._documents or self._held)
             if held != self._held:
                 self._held, self._held_seq = held, self._held_seq + 1
             if documents != self._documents:
                 self._documents, self._seq = documents, self._seq + 1
+            return was_busy != bool(documents or held)
+
+    def others_listening(self) -> bool:
+        """Other gateway processes are on the board. When this process goes quiet, they keep
+        a share for it until its last entries expire (`client_ttl_s`), and a lone document
+        elsewhere crawls; when it wakes, what it knows of them is as old as its quiet spell.
+        So both are told (and heard) by probes at once (gateway.upstreams `tell`)."""
+        return any(entry.id != self.id for entry in self.board.clients())
 
     def outgoing(self) -> dict[str, str]:
         """The header every page and probe carries: this process's entries and what it

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 from services.ocr_api import headers as h
 
 from .backoff import Backoff
-from .fleet import FleetView, slots_of
+from .fleet import MAX_PROBE_ROUND, FleetView, slots_of
 from .outcome import Outcome
 
 if TYPE_CHECKING:
@@ -56,6 +56,7 @@ MODE_LIST = "list"
 MODE_DNS = "dns"
 REBALANCE_S = 0.05  # the share follows news (demand, boards) at most this often...
 REBALANCE_IDLE_S = 1.0  # ...and at least this often (board entries age out)
+TELL_GAP_S = 0.5  # "this process went quiet / woke" is told by probes at most this often
 WORKER_ID_TTL_S = 120.0  # a worker process not heard behind a URL this long is forgotten
 
 # probe(url, headers) -> (ready, the answer's headers)
@@ -135,6 +136,7 @@ class ReplicaSet:
         self._quota: int | None = None  # chunks in flight per document (gateway.fleet)
         self._probe_skip_s = 0.0  # the health interval, once probing runs
         self._stop = threading.Event()
+        self._wake = threading.Event()  # the health thread: stop, or tell the fleet news
         self._listeners: list[Callable[[], None]] = []
         for url in urls or []:
             self._add(url, ready=True if mode == MODE_LOAD_BALANCER else None)
@@ -155,7 +157,8 @@ class ReplicaSet:
     def set_demand(self, documents: int, held: int = 0) -> None:
         """The scheduler's documents with pages to send, and the pages in flight of those
         with none left: this process's weight in the fleet (gateway.fleet)."""
-        self.fleet.set_demand(documents, held)
+        if self.fleet.set_demand(documents, held):
+            self._wake.set()  # the health thread tells the other gateways (`tell`)
         with self._lock:  # taken into the limit before the next page goes out: a queued
             # image's quota must not go to a long document in the meantime
             self._news, self._balanced_at = True, float("-inf")
@@ -329,17 +332,18 @@ class ReplicaSet:
                         del self._replicas[url]
         self._notify()
 
-    def probe_all(self) -> None:
+    def probe_all(self, every: bool = False) -> None:
         """Readiness of every replica, each probe carrying this process's board entry. A
         probe never ends an ejection or a probation: only a real answer does (a replica that
         timed out may answer /readyz and still hang on OCR). Behind a load balancer: rounds
-        of probes through it that meet the workers behind it (gateway.fleet)."""
+        of probes through it that meet the workers behind it (gateway.fleet). `every`: also
+        the replicas heard from just now (to tell them this process's news)."""
         if self.mode == MODE_LOAD_BALANCER:
-            self._discover()
+            self._discover(at_least=len(self.fleet.board.workers()) if every else 0)
             return
         now = self._clock()
         for replica in self.replicas():
-            if replica.ready and now - replica.heard_at < 3 * self._probe_skip_s:
+            if not every and replica.ready and now - replica.heard_at < 3 * self._probe_skip_s:
                 continue  # it answered a page just now: alive, and its room is known
             ready, headers = self._probe(replica.url, self.fleet.outgoing())
             self.fleet.heard(headers.get(h.BOARD))
@@ -351,12 +355,20 @@ class ReplicaSet:
                 self._news = True
         self._notify()
 
-    def _discover(self) -> None:
+    def tell(self) -> None:
+        """This process went quiet or woke up, and other gateways are on the board: probe
+        every worker (behind a balancer, as many probes as workers are known). The other
+        gateways hear at their next answers that its share is free or taken, and it hears
+        what they hold now, not what they held when it last sent a page."""
+        if self.fleet.others_listening():
+            self.probe_all(every=True)
+
+    def _discover(self, at_least: int = 0) -> None:
         url = next(iter(self._replicas), None)
         while url is not None:
             known = {w.id for w in self.fleet.board.workers()}
             met: set[str] = set()
-            for _ in range(self.fleet.probe_round()):
+            for _ in range(min(MAX_PROBE_ROUND, max(at_least, self.fleet.probe_round()))):
                 if self._stop.is_set():
                     return
                 _, headers = self._probe(url, self.fleet.outgoing())
@@ -365,6 +377,7 @@ class ReplicaSet:
                     met.add(headers[h.WORKER])
             with self._lock:
                 self._news = True
+            at_least = 0
             if not self.fleet.after_probe_round(bool(met - known)):
                 break
             self._notify()
@@ -385,21 +398,32 @@ class ReplicaSet:
     def start_background(self, refresh_s: float, health_s: float,
                          after_probe: Callable[[list[Replica]], None] = lambda _: None) -> None:
         """Re-resolve (DNS mode) and probe every replica's readiness in a daemon thread;
-        `after_probe` sees the replica list after each round (for metrics)."""
+        `after_probe` sees the replica list after each round (for metrics). Woken between
+        rounds when this process goes quiet or wakes, to `tell` (at most every TELL_GAP_S)."""
         self._probe_skip_s = health_s
+        interval = min(health_s, refresh_s) if self.mode == MODE_DNS else health_s
 
         def loop():
             next_refresh = 0.0
+            next_probe = self._clock() + interval
             while not self._stop.is_set():
-                if self._clock() >= next_refresh:
-                    self.refresh()
-                    next_refresh = self._clock() + refresh_s
+                now = self._clock()
                 try:
-                    self.probe_all()
-                    after_probe(self.replicas())
+                    if now >= next_refresh:
+                        self.refresh()
+                        next_refresh = now + refresh_s
+                    if now >= next_probe:
+                        self.probe_all()
+                        after_probe(self.replicas())
+                        next_probe = now + interval
+                    elif self._wake.is_set():
+                        self._wake.clear()
+                        self.tell()
+                        self._stop.wait(TELL_GAP_S)
+                        continue
                 except Exception:
                     log.exception("health probe failed")
-                self._stop.wait(min(health_s, refresh_s) if self.mode == MODE_DNS else health_s)
+                self._wake.wait(max(0.0, min(next_probe, next_refresh) - self._clock()))
 
         self.refresh()
         self.probe_all()
@@ -409,6 +433,7 @@ class ReplicaSet:
         """No more probes; and a last one that says this process holds nothing now, so the
         other gateways take its share at once rather than when its entries expire."""
         self._stop.set()
+        self._wake.set()
         self.fleet.set_demand(0, 0)
         url = next(iter(self._replicas), None)
         if url is not None:

@@ -175,6 +175,11 @@ def goals_met(scaling: dict[str, Any]) -> list[tuple[int, bool | None, bool | No
     return rows
 
 
+def _num(value: float | None) -> str:
+    """An efficiency, or "n/a" when the run had no N = 1 to measure it against."""
+    return "n/a" if value is None else f"{value:.3f}"
+
+
 def scaling_table(scaling: dict[str, Any]) -> str:
     rows = []
     verdicts = goals_met(scaling)
@@ -182,7 +187,7 @@ def scaling_table(scaling: dict[str, Any]) -> str:
         fleet = scaling["fleets"][i]
         _, eff_ok, lat_ok = verdicts[i]
         goal = scaling["efficiency_goal"][i]
-        rows.append([n, f"{scaling['pages_per_s'][i]:.2f}", f"{scaling['efficiency'][i]:.3f}",
+        rows.append([n, f"{scaling['pages_per_s'][i]:.2f}", _num(scaling["efficiency"][i]),
                      f">= {goal:.2f} {figures.verdict(eff_ok)}" if goal else "-",
                      scaling["pdf_latency_s"][i], scaling["pdf_latency_ideal_s"][i],
                      f"<= {scaling['pdf_latency_goal_s'][i]:.2f} {figures.verdict(lat_ok)}",
@@ -215,7 +220,7 @@ def rows(scaling: dict[str, Any]) -> list[list[Any]]:
     for (n, eff_ok, lat_ok), pps, eff, goal, latency, latency_goal in zip(
             goals_met(scaling), scaling["pages_per_s"], scaling["efficiency"],
             scaling["efficiency_goal"], scaling["pdf_latency_s"], scaling["pdf_latency_goal_s"]):
-        made.append([f"scaling N={n}: pages/s, efficiency", f"{pps:.2f} pages/s, {eff:.3f}",
+        made.append([f"scaling N={n}: pages/s, efficiency", f"{pps:.2f} pages/s, {_num(eff)}",
                      f">= {goal:.2f}" if goal else "(base)", figures.verdict(eff_ok)])
         made.append([f"scaling N={n}: {scaling['pdf_pages']}-page PDF alone",
                      f"{latency:.2f} s" if latency else "failed",

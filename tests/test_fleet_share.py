@@ -211,6 +211,26 @@ def test_two_gateways_behind_one_balancer_fill_64_workers_in_proportion_to_their
     assert 128 <= sum(limits) <= 128 * 1.05 + 2  # every card busy, few waiting
 
 
+def test_a_gateway_that_goes_quiet_says_so_and_the_other_takes_the_fleet_at_once():
+    """No page carries "I am done": without the probes of `tell`, the other gateway would keep
+    a quarter of the fleet for 5 s (the entries' lifetime) and a lone PDF would crawl."""
+    clock = Clock()
+    fleet = SimulatedFleet(clock, 64)
+    a, b = fleet.gateway(demand=3), fleet.gateway(demand=1)
+    for replicas in (a, b):
+        replicas.probe_all()
+    for _ in range(3):
+        fleet.step([a, b])
+    assert b.replicas()[0].slots <= 20
+    assert a.fleet.set_demand(0, 0)  # its documents are done: news for the other gateway
+    a.tell()
+    fleet.step([b])  # its next pages' answers bring that news (well within 5 s)
+    b.has_room()
+    assert b.replicas()[0].slots >= 60
+    assert b.fleet.set_demand(0, 0) and b.fleet.set_demand(2, 0)  # quiet, then woken: news
+    assert not b.fleet.set_demand(3, 1)  # busier: its pages carry that
+
+
 def test_gateways_with_a_replica_list_fill_the_emptiest_workers_within_their_shares():
     """Three gateway processes (1, 1 and 2 documents) over 8 workers that each hold one page:
     every worker gets exactly one, in proportion 2:2:4, because each process takes the
