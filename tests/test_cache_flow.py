@@ -170,6 +170,8 @@ def test_a_pdf_cached_answers_the_same_in_every_format_and_its_lines_say_which(f
     assert without(last_summary, "cachedPages") == without(first_summary, "cachedPages")
 
     # a job's NDJSON result says the same
+    statuses = []
+
     def job_lines(headers=None):
         answer = requests.post(f"{gateway}/jobs", json={"file": b64(pdf), "visualize": False},
                                headers=headers or {}, timeout=60)
@@ -177,6 +179,7 @@ def test_a_pdf_cached_answers_the_same_in_every_format_and_its_lines_say_which(f
         wait_until(lambda: requests.get(f"{gateway}/jobs/{job_id}", params={"wait": 5},
                                         timeout=30).json()["result"]["state"] == "succeeded",
                    60, what="the job to finish")
+        statuses.append(requests.get(f"{gateway}/jobs/{job_id}", timeout=30).json()["result"])
         return ndjson(requests.get(f"{gateway}/jobs/{job_id}/result", timeout=30,
                                    headers={"Accept": "application/x-ndjson"}))
 
@@ -185,6 +188,7 @@ def test_a_pdf_cached_answers_the_same_in_every_format_and_its_lines_say_which(f
     assert [line["cached"] for line in job_uncached] == [False] * 6
     assert [line["cached"] for line in job_cached] == [True] * 6
     assert (job_uncached_summary["cachedPages"], job_cached_summary["cachedPages"]) == (0, 6)
+    assert [status["cachedPages"] for status in statuses] == [0, 6]  # GET /jobs/{id} too
     assert [without(line, "cached") for line in job_cached] == \
         [without(line, "cached") for line in job_uncached]
 

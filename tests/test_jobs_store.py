@@ -4,6 +4,7 @@ by one runner at a time; limits, cancellation and expiry free what a client hold
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import uuid
 
@@ -14,7 +15,7 @@ from gateway.jobs.model import (CANCELLED, CB_DELIVERED, CB_PENDING, FAILED, QUE
                                 SUCCEEDED, Job, JobSpec, StoredPage, page_range_text)
 from gateway.jobs.store import LimitExceeded, Limits
 from gateway.jobs.store_redis import RedisJobStore
-from gateway.jobs.store_sqlite import SqliteJobStore
+from gateway.jobs.store_sqlite import SCHEMA, SqliteJobStore
 from scripts.fleet import free_port, redis_process
 
 LIMITS = Limits(max_active=3, max_stored_bytes=10_000)
@@ -133,6 +134,24 @@ def test_pages_are_stored_once_and_read_in_order(store):
                                            "errorMsg": "too big"}]
     assert got.stored_bytes == 3 + sum(page(i, 422 if i == 5 else 0).size
                                        for i in [0, 1, 2, 3, 5, 39])
+
+
+def test_cached_pages_are_counted_once_and_an_older_database_gains_the_count(store, tmp_path):
+    job = new_job(pages=3)
+    store.create(job, b"doc", LIMITS)
+    claim = store.claim("gw", lease_s=30, now=T0 + 1)
+    cached = StoredPage.of(PageOutcome(0, {"prunedResult": {}}, {}, cached=True))
+    for stored in (cached, cached, page(1)):  # the same page twice: kept (and counted) once
+        assert store.put_page(job.id, claim.token, stored, job.client)
+    assert store.get(job.id).pages_cached == 1
+    if isinstance(store, SqliteJobStore):  # a file made before the count existed
+        older = tmp_path / "older.sqlite3"
+        db = sqlite3.connect(older)
+        db.executescript(SCHEMA.replace("pages_cached REAL, ", ""))
+        db.close()
+        reopened = SqliteJobStore(str(older))
+        reopened.create(new_job(), b"doc", LIMITS)
+        reopened.close()
 
 
 def test_finish_then_callback_attempts_are_leased_and_due_in_turn(store):

@@ -21,7 +21,8 @@ FINAL_STATES = (SUCCEEDED, FAILED, CANCELLED)
 CB_PENDING, CB_DELIVERED, CB_FAILED = "pending", "delivered", "failed"
 
 # The scalar fields of a job (the columns of the SQLite table, the fields of the Redis hash).
-INT_FIELDS = ("pages_done", "pages_failed", "stored_bytes", "error_code", "callback_attempts")
+INT_FIELDS = ("pages_done", "pages_failed", "pages_cached", "stored_bytes", "error_code",
+              "callback_attempts")
 FLOAT_FIELDS = ("created", "started", "finished", "expires_at", "lease_until")
 STR_FIELDS = ("id", "client", "state", "spec", "error_msg", "callback_state", "lease_owner",
               "lease_token")
@@ -64,6 +65,7 @@ class Job:
     expires_at: float = 0.0  # 0 while active: the result TTL starts when the job ends
     pages_done: int = 0
     pages_failed: int = 0
+    pages_cached: int = 0  # stored pages answered from the page cache
     stored_bytes: int = 0
     error_code: int = 0
     error_msg: str = ""
@@ -123,6 +125,12 @@ class StoredPage:
     @property
     def failed(self) -> bool:
         return json.loads(self.data)["c"] != 0
+
+    @property
+    def cached(self) -> bool:
+        """Answered from the page cache (and not a failure)."""
+        record = json.loads(self.data)
+        return bool(record.get("k")) and record["c"] == 0
 
     def outcome(self) -> PageOutcome:
         record = json.loads(self.data)

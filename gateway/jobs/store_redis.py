@@ -80,6 +80,9 @@ if redis.call('HSETNX', KEYS[2], ARGV[2], ARGV[3]) == 1 then
   redis.call('HINCRBY', KEYS[1], 'pages_done', 1)
   redis.call('HINCRBY', KEYS[1], 'stored_bytes', ARGV[5])
   redis.call('HINCRBY', KEYS[4], 'bytes', ARGV[5])
+  if ARGV[6] == '1' then
+    redis.call('HINCRBY', KEYS[1], 'pages_cached', 1)
+  end
   if ARGV[4] ~= '' then
     redis.call('HSET', KEYS[3], ARGV[2], ARGV[4])
     redis.call('HINCRBY', KEYS[1], 'pages_failed', 1)
@@ -224,7 +227,8 @@ class RedisJobStore:
         failure = page.failure() if page.failed else ""
         return self._run("put_page", [self._key("job", job_id), self._key("pages", job_id),
                                       self._key("failed", job_id), self._key("client", client)],
-                         [token, page.index, page.data, failure, page.size]) == 1
+                         [token, page.index, page.data, failure, page.size,
+                          "1" if page.cached else "0"]) == 1
 
     def done_indices(self, job_id: str) -> set[int]:
         return {int(key) for key in self.redis.hkeys(self._key("pages", job_id))}

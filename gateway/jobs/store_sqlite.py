@@ -43,7 +43,13 @@ class SqliteJobStore:
         if directory:
             os.makedirs(directory, exist_ok=True)
         self._local = threading.local()
-        self._db().executescript(SCHEMA)
+        db = self._db()
+        db.executescript(SCHEMA)
+        have = {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
+        for name in COLUMNS:  # a database made by an older gateway: the fields added since
+            if name not in have:
+                kind = "TEXT DEFAULT ''" if name in STR_FIELDS else "REAL DEFAULT 0"
+                db.execute(f"ALTER TABLE jobs ADD COLUMN {name} {kind}")
 
     # ---- connections -------------------------------------------------------------------------
     def _db(self) -> sqlite3.Connection:
@@ -149,8 +155,9 @@ class SqliteJobStore:
                                 (job_id, page.index, int(page.failed), page.data))
             if cursor.rowcount == 1:
                 db.execute("UPDATE jobs SET pages_done = pages_done + 1, "
-                           "pages_failed = pages_failed + ?, stored_bytes = stored_bytes + ? "
-                           "WHERE id = ?", (int(page.failed), page.size, job_id))
+                           "pages_failed = pages_failed + ?, pages_cached = pages_cached + ?, "
+                           "stored_bytes = stored_bytes + ? WHERE id = ?",
+                           (int(page.failed), int(page.cached), page.size, job_id))
         return True
 
     def done_indices(self, job_id: str) -> set[int]:
