@@ -12,11 +12,13 @@
 5. batching on/off (loadtest/bench_batching.py) -> batching.json
 6. the ocrfleet batch client, 200 pages through 2 real workers vs their capacity
    (loadtest/bench_batch.py) -> batch_client.json
+6b. the page cache, sim and real engine: cold, warm, a batch re-run, a miss's cost
+   (loadtest/bench_cache.py) -> cache.json
 7. side by side with PaddleX's official serving (loadtest/bench_paddlex.py) -> paddlex.json;
    skipped with the reason when its venv (bench/paddlex-venv) cannot be built
 The summary goes to summary.json. About 40 minutes on 2 cores (plus building the PaddleX venv
 once); BENCH_QUICK=1 shortens every part, BENCH_SKIP=batching,memory,soak,engine,overload,
-scaling,batch-client,paddlex leaves parts out. Each part's own knobs are in its module
+scaling,batch-client,cache,paddlex leaves parts out. Each part's own knobs are in its module
 docstring.
 
 Exit status 0 when every part ran and every answer was right; goals missed show as FAIL in the
@@ -30,13 +32,13 @@ import time
 import traceback
 from typing import Any
 
-from loadtest import (bench_batch, bench_batching, bench_engine, bench_memory, bench_overload,
-                      bench_paddlex, bench_scaling, bench_soak, report)
+from loadtest import (bench_batch, bench_batching, bench_cache, bench_engine, bench_memory,
+                      bench_overload, bench_paddlex, bench_scaling, bench_soak, report)
 
 PARTS: dict[str, Any] = {
     "scaling": bench_scaling, "overload": bench_overload, "engine": bench_engine,
     "soak": bench_soak, "memory": bench_memory, "batching": bench_batching,
-    "batch-client": bench_batch, "paddlex": bench_paddlex}
+    "batch-client": bench_batch, "cache": bench_cache, "paddlex": bench_paddlex}
 
 
 def main() -> int:

@@ -1,27 +1,33 @@
-"""The page cache, measured (docs/cache.md): sim workers (engine "sim", a fixed service time
-per page: fleet mechanics, not OCR) behind one gateway with the cache on.
+"""The page cache, measured (docs/cache.md), on the sim engine (a fixed service time per page:
+the fleet's mechanics) and on the real one (PP-OCR through the default backend: what a user
+saves), each as BENCH_CACHE_WORKERS (2) workers behind one gateway process with the cache on
+(its SQLite store):
 
-1. a 40-page PDF built from 4 distinct pages, read cold (empty cache: 4 pages read, 36 wait
-   for their twin in flight) and warm (every page from the cache);
-2. a 200-page PDF of distinct pages, read, then read again (a batch re-run);
+1. a 40-page PDF built from 4 distinct pages: read with `Cache-Control: no-store` (every page
+   read), then cold (empty cache: 4 pages read, 36 wait for their twin in flight) and warm
+   (every page from the cache);
+2. a BENCH_CACHE_BATCH (200)-page PDF of distinct pages, read, then read again (a batch
+   re-run);
 3. the cost of a miss, in this process, per page: cutting aside, the page's digest (its PDF
    object graph) plus the store's round trips of a miss (get, claim, put, release), on the
-   SQLite store and on Redis when a redis-server is installed, as a share of a page's
-   engine time (the sim's, and OCR_BENCH_ENGINE_MS for a real engine's).
+   SQLite store and on Redis, as a share of a page's engine time (the sim's, and the real
+   engine's as its workers measured it: render plus inference per page).
 
-    python -m loadtest.bench_cache [--page-ms 100] [--workers 2] [--json out.json]"""
+Writes cache.json (docs/figures/ holds the committed run; `python -m loadtest.doc_tables`
+makes docs/cache.md's tables from it). BENCH_CACHE_ENGINES ("sim,real") picks the engines;
+BENCH_QUICK=1 makes the batch 40 pages."""
 
 from __future__ import annotations
 
-import argparse
 import base64
-import json
-import shutil
+import os
 import statistics
+import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import requests
 
@@ -29,75 +35,74 @@ from gateway.cache.key import pdf_chunk_digest
 from gateway.cache.pages import PageCache, Policy
 from gateway.cache.store import SqliteCacheStore
 from gateway.split import PdfCutter
-from loadtest import documents
-from scripts.fleet import free_port, gateway_process, redis_process, stop_all, worker_process
+from loadtest import doc_tables, documents, local_fleet, report
+from scripts.fleet import free_port, redis_process
+
+FILE = "cache.json"
+SIM_PAGE_MS = 100
 
 
-def served(workers) -> float:
-    total = 0.0
-    for url in workers:
+def worker_totals(urls: list[str]) -> dict[str, float]:
+    """Pages read, and the seconds spent rendering and reading them, over these workers."""
+    totals = {"pages": 0.0, "engine_s": 0.0}
+    for url in urls:
         for line in requests.get(f"{url}/metrics", timeout=5).text.splitlines():
             if line.startswith('ocr_worker_pages_total{outcome="ok"}'):
-                total += float(line.split()[-1])
-    return total
+                totals["pages"] += float(line.split()[-1])
+            elif line.startswith("ocr_worker_stage_seconds_sum") and (
+                    'stage="inference"' in line or 'stage="render"' in line):
+                totals["engine_s"] += float(line.split()[-1])
+    return totals
 
 
-def read(gateway: str, pdf: bytes, headers=None) -> dict:
-    before = time.monotonic()
+def read(gateway: str, workers: list[str], pdf: bytes, headers=None) -> dict[str, Any]:
+    """One document through /ocr: seconds, pages the workers read, pages from the cache."""
+    before = worker_totals(workers)
+    started = time.monotonic()
     response = requests.post(f"{gateway}/ocr", json={"file": base64.b64encode(pdf).decode(),
                                                      "visualize": False},
-                             headers=headers or {}, timeout=600)
+                             headers=headers or {}, timeout=1800)
     response.raise_for_status()
-    return {"seconds": round(time.monotonic() - before, 3),
-            "cachedPages": int(response.headers.get("X-Ocr-Cached-Pages", "0"))}
+    after = worker_totals(workers)
+    return {"seconds": round(time.monotonic() - started, 3),
+            "pagesRead": int(after["pages"] - before["pages"]),
+            "cachedPages": int(response.headers.get("X-Ocr-Cached-Pages", "0")),
+            "engineSeconds": after["engine_s"] - before["engine_s"]}
 
 
-def fleet_runs(page_ms: int, workers_n: int, work: Path) -> dict:
-    env = {"OCR_ENGINE": "sim", "OCR_SIM_PAGE_MS": str(page_ms), "OCR_QUEUE_SIZE": "4",
-           "OCR_VISUALIZE": "false"}
-    started = []
-    try:
-        ports = [free_port() for _ in range(workers_n)]
-        workers = [worker_process(p, env, work / f"worker-{p}.log").start() for p in ports]
-        started += workers
-        for worker in workers:
-            worker.wait_ready(60)
-        urls = [f"http://127.0.0.1:{p}" for p in ports]
-        port = free_port()
-        gateway = gateway_process(port, {"GATEWAY_REPLICAS": ",".join(urls),
-                                         "GATEWAY_PROCESSES": "1",
-                                         "GATEWAY_CACHE_ENABLED": "true",
-                                         "GATEWAY_CACHE_PATH": str(work / "cache.sqlite3"),
-                                         "GATEWAY_JOBS_DB": str(work / "jobs.sqlite3")},
-                                  work / "gateway.log").start()
-        started.append(gateway)
-        gateway.wait_ready(30)
-        url = f"http://127.0.0.1:{port}"
-        results = {}
-        pdf40 = documents.repeated_pdf(4, 40)
-        before = served(urls)
-        results["pdf40_of_4_uncached"] = {**read(url, pdf40, {"Cache-Control": "no-store"}),
-                                          "pagesRead": served(urls) - before}
-        for name in ("cold", "warm"):
-            before = served(urls)
-            results[f"pdf40_of_4_{name}"] = {**read(url, pdf40),
-                                             "pagesRead": served(urls) - before}
-        pdf200 = documents.labelled_pdf(200)
-        for name in ("first", "rerun"):
-            before = served(urls)
-            results[f"batch200_{name}"] = {**read(url, pdf200),
-                                           "pagesRead": served(urls) - before}
-        return results
-    finally:
-        stop_all(started)
+def fleet_runs(engine: str, workers_n: int, batch_pages: int, logs: Path) -> dict[str, Any]:
+    env = (local_fleet.sim_worker_env(SIM_PAGE_MS, OCR_QUEUE_SIZE="4") if engine == "sim"
+           else local_fleet.real_worker_env(1, OCR_QUEUE_SIZE="4"))
+    env["OCR_VISUALIZE"] = "false"
+    with tempfile.TemporaryDirectory(prefix="bench-cache-") as tmp, \
+            local_fleet.workers(workers_n, env, logs, name=engine) as pool:
+        urls = [local_fleet.url_of(w) for w in pool]
+        gateway_env = {"GATEWAY_PROCESSES": "1", "GATEWAY_CACHE_ENABLED": "true",
+                       "GATEWAY_CACHE_PATH": f"{tmp}/cache.sqlite3",
+                       "GATEWAY_JOBS_DB": f"{tmp}/jobs.sqlite3"}
+        with local_fleet.gateway(urls, logs, gateway_env) as gateway:
+            url = local_fleet.url_of(gateway)
+            runs = {}
+            pdf40 = documents.repeated_pdf(4, 40)
+            runs["pdf40_of_4_uncached"] = read(url, urls, pdf40, {"Cache-Control": "no-store"})
+            runs["pdf40_of_4_cold"] = read(url, urls, pdf40)
+            runs["pdf40_of_4_warm"] = read(url, urls, pdf40)
+            batch = documents.labelled_pdf(batch_pages)
+            runs["batch_first"] = read(url, urls, batch)
+            runs["batch_rerun"] = read(url, urls, batch)
+            read_pages = sum(r["pagesRead"] for r in runs.values())
+            engine_ms = 1000 * sum(r.pop("engineSeconds") for r in runs.values()) / read_pages
+            return {"engine": engine, "workers": workers_n, "batchPages": batch_pages,
+                    "engines": report.engine_info(urls), "runs": runs,
+                    "enginePageMs": round(engine_ms, 1)}
 
 
-def miss_cost(store_name: str, cache: PageCache, chunks: list[bytes]) -> dict:
+def miss_cost(store_name: str, cache: PageCache, chunks: list[bytes]) -> dict[str, Any]:
     document = cache.document(Policy("bench"), {}, False, False, None, "pdf")
     digests, rounds = [], []
     for data in chunks:
         began = time.perf_counter()
-        content = pdf_chunk_digest(data)
+        assert pdf_chunk_digest(data)
         digested = time.perf_counter()
         entry = document.lookup(data, "pdf")  # digest again + get + claim
         entry.finish({"ocrResults": [{"prunedResult": {"rec_texts": ["x" * 200]}}],
@@ -105,63 +110,87 @@ def miss_cost(store_name: str, cache: PageCache, chunks: list[bytes]) -> dict:
         done = time.perf_counter()
         digests.append(digested - began)
         rounds.append(done - digested - (digested - began))
-        assert content
     return {"store": store_name, "pages": len(chunks),
-            "digestMsMedian": round(statistics.median(digests) * 1000, 3),
-            "storeMsMedian": round(statistics.median(rounds) * 1000, 3),
-            "missMsMedian": round(statistics.median(
+            "digestMs": round(statistics.median(digests) * 1000, 3),
+            "storeMs": round(statistics.median(rounds) * 1000, 3),
+            "missMs": round(statistics.median(
                 [d + r for d, r in zip(digests, rounds)]) * 1000, 3)}
 
 
-def miss_costs(work: Path) -> list[dict]:
+def miss_costs(work: Path) -> list[dict[str, Any]]:
+    """Median over 60 text pages, on both stores (redis-server is part of `make install`)."""
     pdf = documents.labelled_pdf(60, seed=int(time.time()) % 1000)
     cutter = PdfCutter(pdf)
     chunks = [cutter.cut((i,)).data for i in range(60)]
     cutter.close()
-    out = []
     sqlite_cache = PageCache(SqliteCacheStore(str(work / "miss.sqlite3"), 1 << 28, 3600))
     sqlite_cache.engines.observe("http://bench", "bench-engine")
-    out.append(miss_cost("sqlite", sqlite_cache, chunks))
+    out = [miss_cost("SQLite", sqlite_cache, chunks)]
     sqlite_cache.close()
-    if shutil.which("redis-server") or Path("/usr/bin/redis-server").exists():
-        from gateway.cache.redis_store import RedisCacheStore
-        port = free_port()
-        server = redis_process(port, work / "redis", work / "redis.log").start()
-        try:
-            server.wait_ready(30)
-            redis_cache = PageCache(RedisCacheStore(f"redis://127.0.0.1:{port}/0", 1 << 28,
-                                                    3600, prefix=f"bench-{uuid.uuid4().hex}:"))
-            redis_cache.engines.observe("http://bench", "bench-engine")
-            out.append(miss_cost("redis (loopback)", redis_cache, chunks))
-            redis_cache.close()
-        finally:
-            server.stop()
+    from gateway.cache.redis_store import RedisCacheStore
+    port = free_port()
+    server = redis_process(port, work / "redis", work / "redis.log").start()
+    try:
+        server.wait_ready(30)
+        redis_cache = PageCache(RedisCacheStore(f"redis://127.0.0.1:{port}/0", 1 << 28, 3600,
+                                                prefix=f"bench-{uuid.uuid4().hex}:"))
+        redis_cache.engines.observe("http://bench", "bench-engine")
+        out.append(miss_cost("Redis on loopback", redis_cache, chunks))
+        redis_cache.close()
+    finally:
+        server.stop()
     return out
 
 
-def main(argv=None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--page-ms", type=int, default=100)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--engine-ms", type=float, default=None,
-                        help="a real engine's time per page, for the miss's share")
-    parser.add_argument("--json", type=Path)
-    args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="bench-cache-") as tmp:
-        work = Path(tmp)
-        report = {"engine": "sim", "simPageMs": args.page_ms, "workers": args.workers,
-                  "fleet": fleet_runs(args.page_ms, args.workers, work),
-                  "miss": miss_costs(work)}
-    for row in report["miss"]:
-        row["shareOfSimPage"] = round(row["missMsMedian"] / args.page_ms, 4)
-        if args.engine_ms:
-            row["shareOfEnginePage"] = round(row["missMsMedian"] / args.engine_ms, 4)
-    text = json.dumps(report, indent=2)
-    print(text)
-    if args.json:
-        args.json.write_text(text)
-    return report
+def measure() -> dict[str, Any]:
+    engines = [e.strip() for e in (os.environ.get("BENCH_CACHE_ENGINES") or "sim,real")
+               .split(",") if e.strip()]
+    workers = report.knob("BENCH_CACHE_WORKERS", 2)
+    batch = report.knob("BENCH_CACHE_BATCH", 200, 40)
+    logs = report.log_dir("cache")
+    fleets = [fleet_runs(engine, workers, batch, logs) for engine in engines]
+    with tempfile.TemporaryDirectory(prefix="bench-cache-miss-") as tmp:
+        misses = miss_costs(Path(tmp))
+    for row in misses:
+        row["shareOfPage"] = {f["engine"]: round(row["missMs"] / f["enginePageMs"], 4)
+                              for f in fleets}
+    return {**report.stamp([e for f in fleets for e in f["engines"]]), "fleets": fleets,
+            "miss": misses}
+
+
+def table(result: dict[str, Any]) -> str:
+    return doc_tables.cache_table(result)
+
+
+def wrong_answers(result: dict[str, Any]) -> int:
+    """Runs whose pages read disagree with what the cache must do."""
+    wrong = 0
+    for fleet in result["fleets"]:
+        runs, batch = fleet["runs"], fleet["batchPages"]
+        expected = {"pdf40_of_4_uncached": (40, 0), "pdf40_of_4_cold": (4, 36),
+                    "pdf40_of_4_warm": (0, 40), "batch_first": (batch, 0),
+                    "batch_rerun": (0, batch)}
+        wrong += sum((runs[name]["pagesRead"], runs[name]["cachedPages"]) != want
+                     for name, want in expected.items())
+    return wrong
+
+
+def rows(result: dict[str, Any]) -> list[list[Any]]:
+    made = []
+    for fleet in result["fleets"]:
+        runs = fleet["runs"]
+        made.append([f"cache ({fleet['engine']}): 40-page PDF of 4 pages, uncached/cold/warm",
+                     "/".join(f"{runs[f'pdf40_of_4_{n}']['seconds']:.2f}"
+                              for n in ("uncached", "cold", "warm")) + " s",
+                     "4 pages read cold, 0 warm", "info"])
+        made.append([f"cache ({fleet['engine']}): {fleet['batchPages']}-page batch, re-run",
+                     f"{runs['batch_first']['seconds']:.2f} -> "
+                     f"{runs['batch_rerun']['seconds']:.2f} s", "0 pages read", "info"])
+    for miss in result["miss"]:
+        made.append([f"cache miss cost ({miss['store']})", f"{miss['missMs']:.2f} ms/page",
+                     "(reported)", "info"])
+    return made
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(report.main(sys.modules[__name__]))

@@ -82,6 +82,65 @@ def scan_pdf_table(result: dict[str, Any]) -> str:
         f"{result['machine']['cpu_model']}: `{result['command']}`."])
 
 
+def cache_table(result: dict[str, Any]) -> str:
+    names = [("pdf40_of_4_uncached", "40-page PDF of 4 distinct pages, `no-store`"),
+             ("pdf40_of_4_cold", "the same, cold cache"), ("pdf40_of_4_warm", "the same, warm"),
+             ("batch_first", "{batch}-page PDF, first read"),
+             ("batch_rerun", "{batch}-page PDF, re-run")]
+    fleets = result["fleets"]
+    rows = [[label.format(batch=fleets[0]["batchPages"])]
+            + [cell for fleet in fleets
+               for cell in (f"{fleet['runs'][name]['seconds']:.2f} s",
+                            fleet["runs"][name]["pagesRead"],
+                            fleet["runs"][name]["cachedPages"])]
+            for name, label in names]
+    head = ["run"] + [f"{f['engine']}: {column}" for f in fleets
+                      for column in ("time", "pages read", "from the cache")]
+    misses = [[m["store"], f"{m['digestMs']:.2f} ms", f"{m['storeMs']:.2f} ms",
+               f"{m['missMs']:.2f} ms"]
+              + [f"{100 * m['shareOfPage'][f['engine']]:.2f} %" for f in fleets]
+              for m in result["miss"]]
+    engines = "; ".join(
+        f"{f['engine']}: {f['workers']} workers, " + (
+            f"{report.engine_label(f['engines'])}, " if f["engine"] != "sim" else "")
+        + f"{f['enginePageMs']:g} ms of engine time per page" for f in fleets)
+    return "\n".join([
+        _markdown(head, rows), "",
+        _markdown(["store", "digest", "store round trips", "miss"]
+                  + [f"share of a {f['engine']} page" for f in fleets], misses),
+        f"\nEngines: {engines}. Measured {result['measured_at']} at commit "
+        f"{result.get('commit', '?')} on {result['machine']['cpus']} × "
+        f"{result['machine']['cpu_model']}: `{result['command']}`."])
+
+
+def paddlex_table(result: dict[str, Any], refuse: bool = True) -> str:
+    """The side by side with PaddleX's serving. `refuse`: a run that is not publishable
+    (a side scaled negatively, or other processes took the cores) raises instead."""
+    verdict = result["publishable"]
+    if refuse and not verdict["ok"]:
+        raise ValueError("this PaddleX run is not publishable: " + "; ".join(verdict["reasons"]))
+    sides, best, pdf = result["sides"], result["strongest_paddlex"], result["pdf_latency_s"]
+    rows = [[side, f"{figures['1 client']['pages_per_s']:.3f}",
+             f"{figures['4 clients']['pages_per_s']:.3f}", f"{pdf[side]:.1f} s",
+             f"{max(r['other_load_cores'] for r in figures.values()):.2f}"]
+            for side, figures in sides.items()]
+    ratios = [[side, f"{r['1 client']:.2f}x", f"{r['4 clients']:.2f}x",
+               f"{r['pdf_latency']:.2f}x"] for side, r in result["ratio"].items()]
+    return "\n".join([
+        _markdown(["side", "pages/s, 1 client", "pages/s, 4 clients",
+                   f"{result['pdf_pages']}-page PDF (best of 2)", "other load (cores, worst)"],
+                  rows), "",
+        _markdown(["ocrfleet ÷ PaddleX's strongest setup for each figure",
+                   f"1 client ({best['1 client']})", f"4 clients ({best['4 clients']})",
+                   f"PDF latency ({best['pdf']})"], ratios),
+        f"\nPublishable: {'yes' if verdict['ok'] else 'NO: ' + '; '.join(verdict['reasons'])} "
+        f"({verdict['rules']}). ocrfleet: {result['ocrfleet_setup']}; engines: "
+        + "; ".join(f"{side}: {label}" for side, label in result["ocrfleet_engine"].items())
+        + f". Measured {result['measured_at']} at commit {result.get('commit', '?')} on "
+        f"{result['machine']['cpus']} × {result['machine']['cpu_model']}: "
+        f"`{result['command']}`."])
+
+
 def _markdown(headers: list[str], rows: list[list[Any]]) -> str:
     cells = [[report._fmt(v) for v in row] for row in rows]
     out = ["| " + " | ".join(headers) + " |", "|" + " --- |" * len(headers)]
@@ -97,6 +156,7 @@ TABLES: list[tuple[str, str, str, Callable[[dict[str, Any]], str]]] = [
     ("docs/capacity.md", "gateway-memory-before", "gateway-memory-before.json",
      gateway_memory_table),
     ("docs/benchmarks.md", "scan-pdf", "scan-pdf-accuracy.json", scan_pdf_table),
+    ("docs/cache.md", "cache", "cache.json", cache_table),
 ]
 
 

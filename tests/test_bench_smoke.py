@@ -180,3 +180,17 @@ def test_batch_client_benchmark_smoke(results, tmp_path):
     assert result["capacity_pages_per_s"] > 0 and result["ratio"] > 0
     assert "ocrfleet batch: 6 pages" in bench_batch.rows(result)[0][0]
     json.dumps(result)
+
+
+def test_cache_benchmark_smoke(results, monkeypatch):
+    """The cache bench's sim part: its page counts are checked (a cold read reads 4 of 40
+    pages, a warm one none), and its table renders."""
+    from loadtest import bench_cache, doc_tables
+    monkeypatch.setenv("BENCH_CACHE_ENGINES", "sim")
+    monkeypatch.setenv("BENCH_CACHE_BATCH", "6")
+    result = bench_cache.measure()
+    assert bench_cache.wrong_answers(result) == 0
+    runs = result["fleets"][0]["runs"]
+    assert runs["pdf40_of_4_cold"]["pagesRead"] == 4 and runs["batch_rerun"]["pagesRead"] == 0
+    assert [m["store"] for m in result["miss"]] == ["SQLite", "Redis on loopback"]
+    assert "the same, warm" in doc_tables.cache_table(result)

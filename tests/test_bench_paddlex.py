@@ -1,0 +1,50 @@
+"""The PaddleX side by side's verdicts (loadtest/bench_paddlex.py), on made-up figures: each
+figure is compared with PaddleX's strongest setup for it, and a run in which a side scales
+negatively with clients, or other processes took the cores, is refused publication."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadtest import bench_paddlex, doc_tables
+
+SETUPS = bench_paddlex.setups(2)
+
+
+def figures(one: float, four: float, pdf: float, other: float = 0.0) -> dict:
+    def run(pps, seconds):
+        return {"pages_per_s": pps, "seconds": seconds, "failures": 0, "other_load_cores": other}
+    return {"1 client": run(one, 8 / one), "4 clients": run(four, 16 / four),
+            "pdf": run(16 / pdf, pdf), "pdf again": run(16 / (pdf + 1), pdf + 1)}
+
+
+def summary(**overrides) -> dict:
+    sides = {SETUPS[0].name: figures(0.30, 0.30, 60), SETUPS[1].name: figures(0.28, 0.33, 70),
+             SETUPS[2].name: figures(0.20, 0.36, 50),
+             "ocrfleet": figures(0.45, 0.80, 20), "ocrfleet onnxruntime": figures(0.32, 0.42, 40)}
+    sides.update(overrides)
+    return bench_paddlex.summarise(sides, {"ocrfleet": [], "ocrfleet onnxruntime": []}, 2, 16,
+                                   SETUPS)
+
+
+def test_each_figure_is_compared_with_paddlexs_strongest_setup_for_it():
+    result = summary()
+    assert result["strongest_paddlex"] == {"1 client": SETUPS[0].name,
+                                           "4 clients": SETUPS[2].name, "pdf": SETUPS[2].name}
+    assert result["ratio"]["ocrfleet"]["1 client"] == pytest.approx(0.45 / 0.30)
+    assert result["ratio"]["ocrfleet"]["4 clients"] == pytest.approx(0.80 / 0.36)
+    assert result["ratio"]["ocrfleet onnxruntime"]["pdf_latency"] == pytest.approx(40 / 50)
+    assert result["publishable"]["ok"]
+    assert "2.22x" in doc_tables.paddlex_table(result)  # 0.80 / 0.36 pages/s, 4 clients
+
+
+def test_negative_scaling_or_a_busy_machine_is_not_published():
+    scaled_down = summary(**{SETUPS[0].name: figures(0.30, 0.25, 60)})
+    assert not scaled_down["publishable"]["ok"]
+    assert "scales negatively" in scaled_down["publishable"]["reasons"][0]
+    with pytest.raises(ValueError, match="not publishable"):
+        doc_tables.paddlex_table(scaled_down)
+    busy = summary(ocrfleet=figures(0.45, 0.80, 20, other=0.9))
+    assert not busy["publishable"]["ok"] and "other processes" in \
+        busy["publishable"]["reasons"][0]
+    assert "NO:" in doc_tables.paddlex_table(busy, refuse=False)  # printed, not published
