@@ -74,6 +74,7 @@ class FleetView:
         self._held = 0
         self._held_seq = 0
         self._probe_round = FIRST_PROBE_ROUND
+        self._told_quiet = True  # what the last `untold` news was (a new process is quiet)
         self._outgoing: tuple | None = None  # ((seq, held seq), built at, header)
 
     # ---- what this process says --------------------------------------------------------------
@@ -81,7 +82,7 @@ class FleetView:
         """How many documents this process has with pages to send, and the pages in flight of
         its documents with none left to send (the scheduler's). True when this process has
         just gone quiet (nothing to send, nothing out) or just woken from quiet: news no page
-        carries soon enough (see `others_listening`)."""
+        carries soon enough (see `untold`)."""
         with self._lock:
             was_busy = bool(self._documents or self._held)
             if held != self._held:
@@ -90,11 +91,18 @@ class FleetView:
                 self._documents, self._seq = documents, self._seq + 1
             return was_busy != bool(documents or held)
 
-    def others_listening(self) -> bool:
-        """Other gateway processes are on the board. When this process goes quiet, they keep
-        a share for it until its last entries expire (`client_ttl_s`), and a lone document
-        elsewhere crawls; when it wakes, what it knows of them is as old as its quiet spell.
-        So both are told (and heard) by probes at once (gateway.upstreams `tell`)."""
+    def untold(self) -> bool:
+        """This process went quiet or woke since it last told so, and other gateway processes
+        are on the board. When it goes quiet, they keep a share for it until its last entries
+        expire (`client_ttl_s`), and a lone document elsewhere crawls; when it wakes, what it
+        knows of them is as old as its quiet spell. So both are told (and heard) by probes at
+        once (gateway.upstreams `tell`); a blink (quiet and busy again before the probes go)
+        is not news."""
+        with self._lock:
+            quiet = not (self._documents or self._held)
+            if quiet == self._told_quiet:
+                return False
+            self._told_quiet = quiet
         return any(entry.id != self.id for entry in self.board.clients())
 
     def outgoing(self) -> dict[str, str]:

@@ -360,7 +360,7 @@ class ReplicaSet:
         every worker (behind a balancer, as many probes as workers are known). The other
         gateways hear at their next answers that its share is free or taken, and it hears
         what they hold now, not what they held when it last sent a page."""
-        if self.fleet.others_listening():
+        if self.fleet.untold():
             self.probe_all(every=True)
 
     def _discover(self, at_least: int = 0) -> None:

@@ -218,12 +218,14 @@ def test_a_gateway_that_goes_quiet_says_so_and_the_other_takes_the_fleet_at_once
     fleet = SimulatedFleet(clock, 64)
     a, b = fleet.gateway(demand=3), fleet.gateway(demand=1)
     for replicas in (a, b):
+        replicas.tell()  # woken (what the health thread does when set_demand says so)
         replicas.probe_all()
     for _ in range(3):
         fleet.step([a, b])
     assert b.replicas()[0].slots <= 20
     assert a.fleet.set_demand(0, 0)  # its documents are done: news for the other gateway
     a.tell()
+    assert not a.fleet.untold()  # told once: no second round of probes for the same news
     fleet.step([b])  # its next pages' answers bring that news (well within 5 s)
     b.has_room()
     assert b.replicas()[0].slots >= 60
