@@ -16,7 +16,7 @@
    (loadtest/bench_cache.py) -> cache.json
 7. side by side with PaddleX's official serving (loadtest/bench_paddlex.py) -> paddlex.json;
    skipped with the reason when its venv (bench/paddlex-venv) cannot be built
-The summary goes to summary.json. About 40 minutes on 2 cores (plus building the PaddleX venv
+The summary goes to summary.json. About 50 minutes on 2 cores (plus building the PaddleX venv
 once); BENCH_QUICK=1 shortens every part, BENCH_SKIP=batching,memory,soak,engine,overload,
 scaling,batch-client,cache,paddlex leaves parts out. Each part's own knobs are in its module
 docstring.

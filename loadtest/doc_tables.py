@@ -157,6 +157,7 @@ TABLES: list[tuple[str, str, str, Callable[[dict[str, Any]], str]]] = [
      gateway_memory_table),
     ("docs/benchmarks.md", "scan-pdf", "scan-pdf-accuracy.json", scan_pdf_table),
     ("docs/cache.md", "cache", "cache.json", cache_table),
+    ("docs/benchmarks.md", "paddlex", "paddlex.json", paddlex_table),
 ]
 
 
