@@ -207,8 +207,9 @@ def status_body(job: Job, failed_pages: list[dict], base_url: str) -> dict:
                 if job.spec.callback_url else None)
     return {"jobId": job.id, "state": job.state, "numPages": job.num_pages,
             "pagesDone": job.pages_done, "pagesFailed": job.pages_failed,
-            "cachedPages": job.pages_cached, "failedPages": failed_pages, "createdAt": iso(job.created),
-            "startedAt": iso(job.started), "finishedAt": iso(job.finished),
+            "cachedPages": job.pages_cached, "failedPages": failed_pages,
+            "createdAt": iso(job.created), "startedAt": iso(job.started),
+            "finishedAt": iso(job.finished),
             "expiresAt": iso(job.expires_at), "error": error, "callback": callback,
             **job_urls(job.id, base_url)}
 
