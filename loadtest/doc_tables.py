@@ -82,6 +82,24 @@ def scan_pdf_table(result: dict[str, Any]) -> str:
         f"{result['machine']['cpu_model']}: `{result['command']}`."])
 
 
+def scaling_table(result: dict[str, Any]) -> str:
+    rows = [[n, f"{pps:.2f}", "-" if eff is None else f"{eff:.3f}",
+             f">= {goal:.2f}" if goal else "(base)", f"{latency:.2f} s", f"{ideal:.2f} s",
+             f"<= {latency_goal:.2f} s", f"{ideal + cpu:.2f} s"]
+            for n, pps, eff, goal, latency, ideal, latency_goal, cpu in zip(
+                result["replicas"], result["pages_per_s"], result["efficiency"],
+                result["efficiency_goal"], result["pdf_latency_s"],
+                result["pdf_latency_ideal_s"], result["pdf_latency_goal_s"],
+                result["pdf_cpu_bound_s"])]
+    return "\n".join([
+        _markdown(["replicas", "pages/s", "efficiency", "goal",
+                   f"one {result['pdf_pages']}-page PDF alone", "ideal", "goal",
+                   "ideal + the PDF's CPU over the cores"], rows),
+        f"\nEngine: {result['engine']}. Measured {result['measured_at']} at commit "
+        f"{result.get('commit', '?')} on {result['machine']['cpus']} × "
+        f"{result['machine']['cpu_model']}: `{result['command']}`."])
+
+
 def cache_table(result: dict[str, Any]) -> str:
     names = [("pdf40_of_4_uncached", "40-page PDF of 4 distinct pages, `no-store`"),
              ("pdf40_of_4_cold", "the same, cold cache"), ("pdf40_of_4_warm", "the same, warm"),
@@ -157,6 +175,7 @@ TABLES: list[tuple[str, str, str, Callable[[dict[str, Any]], str]]] = [
      gateway_memory_table),
     ("docs/benchmarks.md", "scan-pdf", "scan-pdf-accuracy.json", scan_pdf_table),
     ("docs/cache.md", "cache", "cache.json", cache_table),
+    ("docs/benchmarks.md", "scaling", "scaling.json", scaling_table),
     ("docs/benchmarks.md", "paddlex", "paddlex.json", paddlex_table),
 ]
 
