@@ -331,6 +331,18 @@ class _Sheet:
         if truth:
             self.lines.append(text)
 
+    def paragraph(self, x_pt: float, y_pt: float, text: str, font: str, size_pt: float,
+                  width_pt: float, leading_pt: float, cjk: bool = False,
+                  bottom_pt: float = float("inf")) -> float:
+        """`text` wrapped to `width_pt` (`_wrap`), a line every `leading_pt` from `y_pt`, none
+        below `bottom_pt`; returns where the next line would go."""
+        for line in _wrap(text, font, size_pt, width_pt, cjk):
+            if y_pt > bottom_pt:
+                break
+            self.text(x_pt, y_pt, line, font, size_pt)
+            y_pt += leading_pt
+        return y_pt
+
     def rule(self, x0_pt: float, y0_pt: float, x1_pt: float, y1_pt: float,
              width_pt: float = 0.5) -> None:
         self.draw.line([(self.px(x0_pt), self.px(y0_pt)), (self.px(x1_pt), self.px(y1_pt))],
@@ -401,17 +413,12 @@ def footnotes(dpi: float, seed: int = 12) -> _Sheet:
     """A report page: 10-point prose, a rule, and footnotes in 6.5-point type."""
     sheet, font = _Sheet(8.27, 5.83, dpi), _latin()
     sheet.text(36, 28, "Annual review of the supplier network", font, 12)
-    y = 52
-    for line in _wrap(" ".join(english_sentences(13, seed)), font, 10, 523):
-        sheet.text(36, y, line, font, 10)
-        y += 13.5
+    y = sheet.paragraph(36, 52, " ".join(english_sentences(13, seed)), font, 10, 523, 13.5)
     y += 8
     sheet.rule(36, y, 200, y)
     y += 6
     for number, sentence in enumerate(english_sentences(9, seed + 100), start=1):
-        for line in _wrap(f"{number} {sentence}", font, 6.5, 523):
-            sheet.text(36, y, line, font, 6.5)
-            y += 8.5
+        y = sheet.paragraph(36, y, f"{number} {sentence}", font, 6.5, 523, 8.5)
     return sheet
 
 
@@ -447,10 +454,7 @@ def chinese(dpi: float, seed: int = 14) -> _Sheet | None:
         return None
     sheet = _Sheet(8.27, 5.83, dpi)
     sheet.text(36, 28, "第三季度工作总结", font, 13)
-    y = 54
-    for line in _wrap("".join(chinese_sentences(22, seed)), font, 10, 523, cjk=True):
-        sheet.text(36, y, line, font, 10)
-        y += 15
+    sheet.paragraph(36, 54, "".join(chinese_sentences(22, seed)), font, 10, 523, 15, cjk=True)
     return sheet
 
 
@@ -458,12 +462,8 @@ def dense_letter(dpi: float, seed: int = 15) -> _Sheet:
     """A full A4 page of 10-point prose (about 50 lines)."""
     sheet, font = _Sheet(8.27, 11.69, dpi), _latin()
     sheet.text(50, 40, "Minutes of the operations committee", font, 13)
-    y = 68
-    for line in _wrap(" ".join(english_sentences(40, seed)), font, 10, 495):
-        if y > 800:
-            break
-        sheet.text(50, y, line, font, 10)
-        y += 14
+    sheet.paragraph(50, 68, " ".join(english_sentences(40, seed)), font, 10, 495, 14,
+                    bottom_pt=800)
     return sheet
 
 
