@@ -16,6 +16,13 @@ from scripts.fleet import REPO_ROOT
 FIGURES = REPO_ROOT / "docs" / "figures"
 
 
+def measured(result: dict[str, Any]) -> str:
+    """Where a result came from (report.stamp), as the sentence every table ends with."""
+    return (f"Measured {result['measured_at']} at commit {result.get('commit', '?')} on "
+            f"{result['machine']['cpus']} × {result['machine']['cpu_model']}: "
+            f"`{result['command']}`")
+
+
 def fleet_table(result: dict[str, Any]) -> str:
     rows = [[f"{s['mode']}, {s['replicas']} replicas, {s['gateways']} gateway(s)",
              f"{s['page_ms'] / 1000:g} s", s["efficiency"], s["efficiency_makespan"],
@@ -36,9 +43,7 @@ def fleet_table(result: dict[str, Any]) -> str:
         lines.append(f"\nRouting: {route['pages_per_gateway_core_s']} small pages per gateway "
                      f"CPU-second ({route['pages_per_s']} pages/s through one gateway process, "
                      f"{route['failures']} failed).")
-    lines.append(f"\nMeasured {result['measured_at']} at commit {result.get('commit', '?')} "
-                 f"on {result['machine']['cpus']} × {result['machine']['cpu_model']}: "
-                 f"`{result['command']}`.")
+    lines.append(f"\n{measured(result)}.")
     return "\n".join(lines)
 
 
@@ -58,9 +63,7 @@ def gateway_memory_table(result: dict[str, Any]) -> str:
                    "peak RSS MB"], rows), "",
         _markdown(["uploads at once", "size", "200", "429", "peak +MB", "peak RSS MB"],
                   uploads),
-        f"\nMeasured {result['measured_at']} at commit {result.get('commit', '?')} on "
-        f"{result['machine']['cpus']} × {result['machine']['cpu_model']}: "
-        f"`{result['command']}` (gateway: {result['gateway_env']})."])
+        f"\n{measured(result)} (gateway: {result['gateway_env']})."])
 
 
 def scan_pdf_table(result: dict[str, Any]) -> str:
@@ -77,9 +80,7 @@ def scan_pdf_table(result: dict[str, Any]) -> str:
         f"\nGoal (within 10 % or +0.001 at each dpi, no page much worse): "
         f"{'met' if part['goal']['met'] else 'missed'}. Engine: {engine.get('engine')} "
         f"{engine.get('det_model')} + {engine.get('rec_model')}, {engine.get('backend')} "
-        f"{engine.get('precision')}. Measured {result['measured_at']} at commit "
-        f"{result.get('commit', '?')} on {result['machine']['cpus']} × "
-        f"{result['machine']['cpu_model']}: `{result['command']}`."])
+        f"{engine.get('precision')}. {measured(result)}."])
 
 
 def scaling_table(result: dict[str, Any]) -> str:
@@ -95,9 +96,7 @@ def scaling_table(result: dict[str, Any]) -> str:
         _markdown(["replicas", "pages/s", "efficiency", "goal",
                    f"one {result['pdf_pages']}-page PDF alone", "ideal", "goal",
                    "ideal + the PDF's CPU over the cores"], rows),
-        f"\nEngine: {result['engine']}. Measured {result['measured_at']} at commit "
-        f"{result.get('commit', '?')} on {result['machine']['cpus']} × "
-        f"{result['machine']['cpu_model']}: `{result['command']}`."])
+        f"\nEngine: {result['engine']}. {measured(result)}."])
 
 
 def cache_table(result: dict[str, Any]) -> str:
@@ -126,9 +125,7 @@ def cache_table(result: dict[str, Any]) -> str:
         _markdown(head, rows), "",
         _markdown(["store", "digest", "store round trips", "miss"]
                   + [f"share of a {f['engine']} page" for f in fleets], misses),
-        f"\nEngines: {engines}. Measured {result['measured_at']} at commit "
-        f"{result.get('commit', '?')} on {result['machine']['cpus']} × "
-        f"{result['machine']['cpu_model']}: `{result['command']}`."])
+        f"\nEngines: {engines}. {measured(result)}."])
 
 
 def paddlex_table(result: dict[str, Any], refuse: bool = True) -> str:
@@ -154,9 +151,7 @@ def paddlex_table(result: dict[str, Any], refuse: bool = True) -> str:
         f"\nPublishable: {'yes' if verdict['ok'] else 'NO: ' + '; '.join(verdict['reasons'])} "
         f"({verdict['rules']}). ocrfleet: {result['ocrfleet_setup']}; engines: "
         + "; ".join(f"{side}: {label}" for side, label in result["ocrfleet_engine"].items())
-        + f". Measured {result['measured_at']} at commit {result.get('commit', '?')} on "
-        f"{result['machine']['cpus']} × {result['machine']['cpu_model']}: "
-        f"`{result['command']}`."])
+        + f". {measured(result)}."])
 
 
 def _markdown(headers: list[str], rows: list[list[Any]]) -> str:
