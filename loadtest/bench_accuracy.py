@@ -1,5 +1,5 @@
 """`make bench-accuracy`: CER and word F1 of each engine setting on the accuracy corpus
-(loadtest/accuracy_corpus.py), lines changed against the reference setting, and CPU seconds per
+(samples/accuracy_corpus.py), lines changed against the reference setting, and CPU seconds per
 page, so a speed setting is chosen on evidence.
 
 The reference is PaddleOCR as shipped: onnxruntime fp32, recognition batch 6, PaddleX's CTC
@@ -39,8 +39,9 @@ from typing import Any
 
 import requests
 
-from loadtest import accuracy_corpus, documents, local_fleet, report
+from loadtest import local_fleet, report
 from loadtest.accuracy_metrics import Score, changed_lines, score_page
+from samples import accuracy_corpus, documents
 
 CER_TOLERANCE = 0.002
 FILE = "accuracy.json"
@@ -239,16 +240,21 @@ def measure() -> dict[str, Any]:
     return {**result, **report.stamp(engines)}
 
 
+def headers(result: dict[str, Any]) -> list[str]:
+    kinds = sorted(result["by_kind"])
+    return ["setting", "CER all (vs ref)", *[f"CER {kind}" for kind in kinds],
+            f"word F1 ({' / '.join(kinds)})", "lines changed", "CPU/page", "verdict"]
+
+
+def rule(result: dict[str, Any]) -> str:
+    return (f"default rule: fastest within CER +{CER_TOLERANCE} of the reference, on all "
+            f"pages and on each kind -> {result['chosen']}")
+
+
 def table(result: dict[str, Any]) -> str:
     made = []
     if "settings" in result:
-        kinds = sorted(result["by_kind"])
-        made.append(report.table(
-            ["setting", "CER all (vs ref)", *[f"CER {kind}" for kind in kinds],
-             f"word F1 ({' / '.join(kinds)})", "lines changed", "CPU/page", "verdict"],
-            rows(result)) +
-            (f"\ndefault rule: fastest within CER +{CER_TOLERANCE} of the reference, on all "
-             f"pages and on each kind -> {result['chosen']}"))
+        made.append(report.table(headers(result), rows(result)) + "\n" + rule(result))
     if "scan_pdf" in result:
         made.append(scan_pdf_table(result["scan_pdf"]))
     return "\n\n".join(made)

@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from gateway.split import PdfCutter
-from loadtest import documents, figures, local_fleet, procstats, report
+from loadtest import figures, local_fleet, procstats, report
 from loadtest.checks import page_texts
 from loadtest.loadgen import per_worker_rate, run_closed_loop
 from loadtest.payloads import make_payload
+from samples import documents
 from scripts.fleet import REPO_ROOT
 
 FILE = "batch_client.json"

@@ -35,7 +35,8 @@ from gateway.cache.key import pdf_chunk_digest
 from gateway.cache.pages import PageCache, Policy
 from gateway.cache.store import SqliteCacheStore
 from gateway.split import PdfCutter
-from loadtest import doc_tables, documents, local_fleet, report
+from loadtest import doc_tables, local_fleet, report
+from samples import documents
 from scripts.fleet import free_port, redis_process
 
 FILE = "cache.json"

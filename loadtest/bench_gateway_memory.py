@@ -24,8 +24,9 @@ from typing import Any, Callable
 import pikepdf
 import requests
 
-from loadtest import doc_tables, documents, local_fleet, report
+from loadtest import doc_tables, local_fleet, report
 from loadtest.procstats import PeakRss
+from samples import documents
 
 FILE = "gateway-memory.json"
 

@@ -2,10 +2,10 @@
 1 thread, the worker's default memory settings) answers a long run of big page
 images one at a time, `"visualize": false`:
 
-- generated 300-dpi scans (loadtest/scans.py): dense A4 text, an A4 ruled table, a phone photo
+- generated 300-dpi scans (samples/scans.py): dense A4 text, an A4 ruled table, a phone photo
   of a page (5000 x 7000 px: rotated, unevenly lit, blurred, noisy JPEG), a long receipt, a
   dense Chinese page;
-- the dense A4 pages of loadtest/documents.py (150 dpi).
+- the dense A4 pages of samples/documents.py (150 dpi).
 
 After every answer, once the worker process is idle, its resident memory (VmRSS of the
 gunicorn child that holds the model) is the *steady* figure; the most it reached while
@@ -31,9 +31,10 @@ from typing import Any
 import requests
 import yaml
 
-from loadtest import documents, figures, local_fleet, procstats, report, scans
+from loadtest import figures, local_fleet, procstats, report
 from loadtest.loadgen import post_checked
 from loadtest.payloads import Payload, make_payload
+from samples import documents, scans
 from scripts.fleet import REPO_ROOT
 
 GROWTH_GOAL = 0.10          # steady RSS growth after the first 50 pages

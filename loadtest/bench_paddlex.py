@@ -42,10 +42,11 @@ from pathlib import Path
 from typing import Any
 
 from deploy.nginx import render as nginx
-from loadtest import doc_tables, documents, local_fleet, report
+from loadtest import doc_tables, local_fleet, report
 from loadtest.loadgen import run_closed_loop
 from loadtest.payloads import dense_page_payloads, make_payload
 from loadtest.procstats import ForeignLoad
+from samples import documents
 from scripts.fleet import REPO_ROOT, ManagedProcess, free_port
 
 FILE = "paddlex.json"

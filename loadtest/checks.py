@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from loadtest.documents import has_page_label
+from samples.documents import has_page_label
 
 SIM_MARK = "[simulated]"
 

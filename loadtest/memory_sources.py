@@ -1,7 +1,7 @@
 """Where a worker's memory goes on large pages (the README's "Memory" table): the real engine
 on onnxruntime (set explicitly: the variants are onnxruntime's allocator settings, which
 OpenVINO, what `auto` may pick, does not have), 1 thread, in a fresh process per variant, the same ten large
-generated pages (loadtest/scans.py) one after another, and per page the resident memory after
+generated pages (samples/scans.py) one after another, and per page the resident memory after
 the page (steady) and the most it reached during the page (peak, VmHWM reset before each).
 
 Variants: onnxruntime's CPU arena on (its default, the worker before issue 14) or off; the
@@ -184,7 +184,7 @@ def peak_split(pages_dir: Path) -> dict[str, Any]:
 
 def dense_words(seed: int, dpi: int) -> list[str]:
     """The words loadtest/documents.dense_page(seed, dpi) prints (the ground truth)."""
-    from loadtest import documents
+    from samples import documents
 
     size = max(12, int(dpi * 0.15))
     height = int(11.69 * dpi)
@@ -207,12 +207,12 @@ def cap_trade(caps: list[int]) -> list[dict[str, Any]]:
     of 6- and 4-point print at 300 dpi and a 5000 x 7000 photo of a dense page, per cap."""
     import numpy as np
 
-    from loadtest import scans
+    from samples import scans
     from services.ocr_worker.config import WorkerConfig
     from services.ocr_worker.engine import PaddleOCREngine
     from services.ocr_worker.memory import malloc_trim
 
-    from loadtest import documents
+    from samples import documents
 
     small_lines = documents.english_lines(100, 7, 14)
     small = documents.text_image(small_lines, size=24, width=2481, margin=90, line_gap=1.4)
@@ -248,7 +248,7 @@ def cap_trade(caps: list[int]) -> list[dict[str, Any]]:
 
 
 def write_pages(pages_dir: Path) -> None:
-    from loadtest import scans
+    from samples import scans
 
     pages_dir.mkdir(parents=True, exist_ok=True)
     if any(pages_dir.iterdir()):

@@ -1,4 +1,4 @@
-"""Ready-to-send /ocr request bodies built from the generated documents (loadtest/documents.py):
+"""Ready-to-send /ocr request bodies built from the generated documents (samples/documents.py):
 each is the JSON body already serialised to bytes plus what a correct answer looks like, so a
 load generator spends its CPU on sending, not on encoding.
 
@@ -14,8 +14,8 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 
-from loadtest import documents
 from loadtest.checks import Expected
+from samples import documents
 
 JSON_HEADERS = {"Content-Type": "application/json"}
 

@@ -11,7 +11,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from loadtest import documents
+from samples import documents
 from scripts.browser import chromium, chromium_missing
 from scripts.fleet import REPO_ROOT, free_port, gateway_process, stop_all, worker_process
 

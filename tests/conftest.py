@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from loadtest import documents
+from samples import documents
 from scripts import warmstart
 from scripts.fleet import free_port, worker_process
 

@@ -13,7 +13,7 @@ import requests
 from gateway.app import create_app as create_gateway
 from gateway.auth import access_policy, worker_auth_headers
 from gateway.config import GatewayConfig
-from loadtest import documents
+from samples import documents
 from scripts.fleet import free_port, gateway_process, stop_all, worker_process
 from services.flask_common.access import AccessPolicy, KeyCheck, presented_key
 from services.ocr_api.settings import ConfigError

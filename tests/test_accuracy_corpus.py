@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import yaml
 
-from loadtest import accuracy_corpus, bench_accuracy, bench_paddlex
+from loadtest import bench_accuracy, bench_paddlex
+from samples import accuracy_corpus
 from loadtest.accuracy_metrics import (Score, changed_lines, normalize_lines, score_page,
                                        words)
 

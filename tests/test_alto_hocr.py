@@ -27,8 +27,8 @@ from gateway.assemble import PageOutcome
 from gateway.outputs import (ALTO, HOCR, JSON, TEXT, ZIP, Answer, alto, hocr, negotiate,
                              prepare_fields, respond)
 from gateway.outputs.words import page_words
-from loadtest import documents
 from ocrfleet import batch, cli
+from samples import documents
 
 SCHEMAS = Path(__file__).parent / "schemas"
 A = "{http://www.loc.gov/standards/alto/ns-v4#}"

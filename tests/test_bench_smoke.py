@@ -156,7 +156,7 @@ def test_memory_benchmark_smoke(tmp_path):
 
 
 def test_generated_scans_have_the_promised_sizes():
-    from loadtest import scans
+    from samples import scans
 
     assert scans.dense_scan(0).size == (2481, 3507)
     assert scans.table_scan(0).size == (2481, 3507)

@@ -20,7 +20,7 @@ import pypdfium2 as pdfium
 import pytest
 import requests
 
-from loadtest import documents
+from samples import documents
 from scripts.fleet import free_port, redis_process
 from tests.conftest import wait_until
 from tests.test_flow_integration import metric, processes, start_gateway, start_workers  # noqa: F401

@@ -21,7 +21,7 @@ from gateway.cache.pages import EngineView, PageCache, Policy, policy_for
 from gateway.cache.redis_store import RedisCacheStore
 from gateway.cache.store import SqliteCacheStore
 from gateway.split import PdfCutter, TiffCutter
-from loadtest import documents
+from samples import documents
 from scripts.fleet import free_port, redis_process
 from tests.conftest import wait_until
 

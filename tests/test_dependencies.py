@@ -21,7 +21,7 @@ PROJECT = PYPROJECT["project"]
 SERVICE_CODE = {"gateway": ["gateway", "services/ocr_api", "services/flask_common",
                             "services/documents"],
                 "worker": ["services"]}
-FIRST_PARTY = {"services", "gateway", "loadtest", "scripts", "deploy", "tests"}
+FIRST_PARTY = {"services", "gateway", "loadtest", "samples", "scripts", "deploy", "tests"}
 
 
 def canonical(name: str) -> str:

@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from deploy.nginx import render as nginx
-from loadtest import documents
+from samples import documents
 from scripts.fleet import ManagedProcess, free_port, gateway_process, stop_all, worker_process
 
 pytestmark = pytest.mark.slow  # starts servers: scheduled first (tests/conftest.py)

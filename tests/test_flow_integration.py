@@ -17,7 +17,7 @@ import pytest
 import requests
 
 from deploy.nginx import render as nginx
-from loadtest import documents
+from samples import documents
 from scripts.fleet import ManagedProcess, free_port, gateway_process, stop_all, worker_process
 from tests.conftest import wait_until
 

@@ -8,7 +8,7 @@ import pytest
 
 from gateway.app import create_app
 from gateway.config import GatewayConfig
-from loadtest import documents
+from samples import documents
 from scripts.fleet import free_port, stop_all, worker_process
 from tests.conftest import b64, wait_until
 

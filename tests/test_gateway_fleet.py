@@ -15,7 +15,7 @@ import pypdfium2 as pdfium
 import pytest
 import requests
 
-from loadtest import documents
+from samples import documents
 from scripts.fleet import free_port, gateway_process, stop_all, worker_process
 from tests.conftest import all_text, b64, post_ocr, wait_until
 

@@ -5,13 +5,13 @@ import pypdfium2 as pdfium
 import pytest
 
 from gateway import assemble
-from gateway.outputs import paddlex
 from gateway.config import GatewayConfig
 from gateway.dispatch import Attempt
-from gateway.split import PdfCutter, group_pages
 from gateway.outcome import Outcome
+from gateway.outputs import paddlex
+from gateway.split import PdfCutter, group_pages
 from gateway.upstreams import MODE_DNS, MODE_LIST, NoReplicas, ReplicaSet
-from loadtest import documents
+from samples import documents
 from services.ocr_api.settings import ConfigError
 
 

@@ -16,7 +16,8 @@ import pytest
 import requests
 from PIL import Image
 
-from loadtest import documents, procstats
+from loadtest import procstats
+from samples import documents
 from scripts.fleet import free_port, gateway_process, stop_all, worker_process
 
 pytestmark = pytest.mark.slow  # starts servers: scheduled first (tests/conftest.py)

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 import requests
 
-from loadtest import documents
+from samples import documents
 from scripts.fleet import free_port, gateway_process, stop_all
 from tests.conftest import LoopbackServer
 

@@ -20,7 +20,7 @@ from deploy.docker import engine as engines
 from deploy.docker import images as image_build
 from deploy.docker import podrun
 from deploy.k8s import kube_play, validate
-from loadtest import documents
+from samples import documents
 from scripts import fetch_models
 from scripts.fleet import free_port, port_is_taken
 

@@ -85,7 +85,7 @@ def test_k_processes_answer_behind_one_port(tmp_path):
 def _png_b64() -> str:
     import base64
 
-    from loadtest import documents
+    from samples import documents
 
     return base64.b64encode(documents.to_png(documents.text_image(["one line"]))).decode()
 

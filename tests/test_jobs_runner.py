@@ -16,12 +16,12 @@ import pypdfium2 as pdfium
 import pytest
 
 from gateway.assemble import PageOutcome
-from gateway.outputs.paddlex import document_result, envelope_chunks
-from loadtest import documents
 from gateway.config import GatewayConfig, JobsConfig
 from gateway.jobs import results
 from gateway.jobs.api import job_spec
 from gateway.jobs.callbacks import Delivery
+from gateway.outputs.paddlex import document_result, envelope_chunks
+from samples import documents
 from gateway.jobs.model import (CANCELLED, CB_DELIVERED, CB_FAILED, CB_PENDING, FAILED,
                                 QUEUED, RUNNING, SUCCEEDED, Job, StoredPage)
 from gateway.jobs.runner import JobRunner
@@ -200,7 +200,7 @@ def test_a_full_gateway_queue_postpones_the_job(store):
 
 
 def test_an_image_job_is_one_request(store):
-    from loadtest import documents
+    from samples import documents
 
     service = FakePages()
     png = documents.to_png(documents.text_image(["x"]))

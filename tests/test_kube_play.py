@@ -17,7 +17,7 @@ import yaml
 from deploy.docker import engine as engines
 from deploy.docker import podrun
 from deploy.k8s import kube_play, validate
-from loadtest import documents
+from samples import documents
 from scripts.fleet import free_port
 
 pytestmark = [

@@ -28,7 +28,7 @@ import requests
 import yaml
 
 from deploy.monitoring import render
-from loadtest import documents
+from samples import documents
 from scripts.fleet import ManagedProcess, free_port, gateway_process, stop_all, worker_process
 from tests.conftest import LoopbackServer, b64, wait_until
 from tests.test_jobs_callbacks import Receiver

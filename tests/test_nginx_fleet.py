@@ -11,7 +11,7 @@ import pytest
 import requests
 
 from deploy.nginx import render as nginx
-from loadtest import documents
+from samples import documents
 from scripts.fleet import (ManagedProcess, free_port, gateway_process, http_status, stop_all,
                            worker_process)
 from tests.conftest import b64, post_ocr

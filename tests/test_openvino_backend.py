@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from loadtest import documents
+from samples import documents
 from services.ocr_api.settings import ConfigError
 from services.ocr_worker import engine_tuning
 from services.ocr_worker.config import WorkerConfig

@@ -19,7 +19,7 @@ import pytest
 import requests
 from PIL import Image
 
-from loadtest import documents
+from samples import documents
 from scripts.fleet import REPO_ROOT, free_port, gateway_process, stop_all, worker_process
 from tests import pdfcheck
 from tests.test_worker_bad_input import mutations

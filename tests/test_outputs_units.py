@@ -11,13 +11,13 @@ import pypdfium2 as pdfium
 import pytest
 from PIL import Image
 
+from gateway.assemble import PageOutcome
 from gateway.config import DEFAULT_PDF_FONTS, GatewayConfig
 from gateway.outputs import JSON, NDJSON, PDF, TEXT, ZIP, fonts, negotiate
-from gateway.assemble import PageOutcome
 from gateway.outputs import paddlex
 from gateway.outputs.layout import Line, PageText, page_lines
 from gateway.outputs.text import document_text, rows
-from loadtest import documents
+from samples import documents
 from services.ocr_api.errors import ApiError
 from tests import pdfcheck
 

@@ -16,7 +16,7 @@ import pytest
 import requests
 
 from deploy.nginx import render as nginx
-from loadtest import documents
+from samples import documents
 from scripts.fleet import REPO_ROOT, free_port, free_port_block, http_status, port_is_taken
 from tests.conftest import b64
 

@@ -145,14 +145,14 @@ def test_a_lossless_scan_comes_out_pixel_for_pixel():
     assert np.array_equal(page[:, :, ::-1], pixels)
 
 
-# ---- the accuracy corpus's scan PDFs (loadtest/accuracy_corpus.py, make bench-accuracy) ------
+# ---- the accuracy corpus's scan PDFs (samples/accuracy_corpus.py, make bench-accuracy) ------
 @pytest.mark.parametrize("dpi", [150, 200, 300, 400])
 def test_the_accuracy_corpus_wraps_a_scan_pixel_for_pixel(dpi):
     """bench_accuracy's image-only PDFs hold the scan's pixels losslessly (Flate, not JPEG as
     Pillow's writer would), and the worker renders them back at exactly the scan's size.
     (Not always pixel for pixel: where the page's size in points times the render scale is
     a hair off whole pixels, pdfium resamples; bench_accuracy reports how far, per page.)"""
-    from loadtest import accuracy_corpus
+    from samples import accuracy_corpus
 
     scan = accuracy_corpus.synthetic_scan("receipt-8pt", dpi)
     pdf = accuracy_corpus.image_only_pdf(scan.image, dpi)
@@ -167,7 +167,7 @@ def test_a_scan_that_is_exactly_its_image_is_taken_out_not_rendered(dpi):
     """Page sizes in points that are not whole pixels at the render scale make pdfium
     resample every pixel; a page that is one opaque image over all of it is decoded from the
     file instead: exactly the scan's pixels at every dpi."""
-    from loadtest import accuracy_corpus
+    from samples import accuracy_corpus
 
     scan = accuracy_corpus.synthetic_scan("receipt-8pt", dpi)
     [page], _ = rendered(accuracy_corpus.image_only_pdf(scan.image, dpi))

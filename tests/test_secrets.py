@@ -10,7 +10,7 @@ import base64
 import pytest
 import requests
 
-from loadtest import documents
+from samples import documents
 from scripts.fleet import free_port, gateway_process, stop_all, worker_process
 
 pytestmark = pytest.mark.slow  # starts servers: scheduled first (tests/conftest.py)

@@ -19,7 +19,7 @@ from reportlab.pdfgen import canvas
 
 from gateway.outputs.layout import Line, PageText
 from gateway.outputs.pdf import searchable_pdf
-from loadtest import documents
+from samples import documents
 from scripts.fleet import free_port, gateway_process
 from services.documents.pdf import PDFIUM_LOCK, open_pdf, read_text_layer
 from services.ocr_api.errors import ApiError

@@ -27,7 +27,7 @@ from werkzeug.serving import make_server
 
 from gateway.app import create_app as create_gateway
 from gateway.config import GatewayConfig, JobsConfig
-from loadtest import documents
+from samples import documents
 from services.ocr_api import tracing
 from services.ocr_worker.app import create_app as create_worker
 from services.ocr_worker.config import WorkerConfig

@@ -23,7 +23,7 @@ from werkzeug.serving import make_server
 
 from gateway.app import create_app
 from gateway.config import GatewayConfig
-from loadtest import documents
+from samples import documents
 from scripts.browser import chromium, chromium_missing
 from scripts.fleet import free_port, stop_all
 from scripts.ui_screenshots import start_fleet

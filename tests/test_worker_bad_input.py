@@ -10,7 +10,7 @@ import pytest
 import requests
 from PIL import Image
 
-from loadtest import documents
+from samples import documents
 from tests.conftest import b64, post_ocr
 
 

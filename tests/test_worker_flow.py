@@ -13,7 +13,7 @@ import weakref
 import numpy as np
 import pytest
 
-from loadtest import documents
+from samples import documents
 from services.ocr_worker import service as service_module
 from services.ocr_worker.app import create_app
 from services.ocr_worker.config import WorkerConfig

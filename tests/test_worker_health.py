@@ -9,13 +9,13 @@ from dataclasses import replace
 
 import pytest
 
-from loadtest import documents
+from samples import documents
+from services.ocr_api.settings import ConfigError
 from services.ocr_worker.app import create_app
 from services.ocr_worker.batcher import InferenceBatcher, Progress
 from services.ocr_worker.config import WorkerConfig
 from services.ocr_worker.engine import SimEngine
 from services.ocr_worker.health import stall_reason
-from services.ocr_api.settings import ConfigError
 from tests.conftest import b64, wait_until
 
 BUSY = Progress(loaded=True, running=True, stopping=False, idle=False, in_engine=1, queued=3,

@@ -11,7 +11,7 @@ import time
 import pytest
 import requests
 
-from loadtest import documents
+from samples import documents
 from scripts.fleet import free_port, http_status, worker_process
 from tests.conftest import b64, wait_until
 

@@ -9,7 +9,7 @@ import cv2
 import numpy as np
 import requests
 
-from loadtest import documents
+from samples import documents
 from tests.conftest import all_text, b64, post_ocr
 
 

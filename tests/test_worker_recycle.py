@@ -11,7 +11,8 @@ import time
 import pytest
 import requests
 
-from loadtest import documents, procstats
+from loadtest import procstats
+from samples import documents
 from scripts.fleet import free_port, worker_process
 from tests.conftest import b64
 

@@ -9,7 +9,7 @@ memory soak (loadtest/bench_memory.py) and the worker's memory experiments:
 - `receipt_scan`: a long narrow receipt scanned at 300 dpi
 - `cjk_scan`: a dense Chinese book page at 300 dpi
 - `scanned`: a flatbed scanner's skew, blur, tint and noise over any clean page (the accuracy
-  corpus's scans at 150-400 dpi, loadtest/accuracy_corpus.py)
+  corpus's scans at 150-400 dpi, samples/accuracy_corpus.py)
 
 Every generator is deterministic in its seed. `scan_set(n)` cycles through all kinds."""
 
@@ -22,7 +22,7 @@ import cv2
 import numpy as np
 from PIL import Image, ImageDraw
 
-from loadtest import documents
+from samples import documents
 
 A4_IN = (8.27, 11.69)
 

@@ -1,14 +1,14 @@
 """The accuracy corpus: pages with ground truth, for choosing an engine setting on evidence
-(`make bench-accuracy`, loadtest/bench_accuracy.py). Provenance: loadtest/corpus/PROVENANCE.md.
+(`make bench-accuracy`, loadtest/bench_accuracy.py). Provenance: samples/corpus/PROVENANCE.md.
 
 1. Born-digital PDFs made here with reportlab (English prose in three fonts and sizes, a ruled
    invoice table, Chinese prose and a Chinese table). The truth is each page's text layer as
    pypdfium2 extracts it, so nothing is typed twice.
 2. Real scans from a permissively licensed PyPI package: OCRmyPDF's source distribution
    (pinned, SHA-256 checked, fetched with `pip download`, cached under bench/corpus/) ships
-   test scans; two are used, with transcriptions made for this project in loadtest/corpus/.
+   test scans; two are used, with transcriptions made for this project in samples/corpus/.
 
-3. Synthetic scans (loadtest/scans.py's `scanned`: skew, blur, tint, noise, 8-bit gray) of
+3. Synthetic scans (samples/scans.py's `scanned`: skew, blur, tint, noise, 8-bit gray) of
    pages drawn here at a given resolution, whose drawn text is the truth: a 7-point table, a
    page with 6.5-point footnotes, an 8-point receipt, Chinese prose, a dense A4 letter. At
    300 dpi they are part of the engine-setting comparison (their own kind); at 150, 200, 300
@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from loadtest import documents
+from samples import documents
 from scripts.fleet import REPO_ROOT
 
 CORPUS_DIR = Path(__file__).resolve().parent / "corpus"
@@ -305,7 +305,7 @@ class ScanPage:
     dpi: float
     image: "Image.Image"
     truth: list[str]
-    source: str  # "synthetic" (loadtest/scans.py's scanner over a page drawn here) or "real"
+    source: str  # "synthetic" (samples/scans.py's scanner over a page drawn here) or "real"
 
 
 class _Sheet:
@@ -473,7 +473,7 @@ QUICK_SYNTHETIC = ("table-small-print", "footnotes-6.5pt", "receipt-8pt", "zh-pr
 
 
 def synthetic_scan(name: str, dpi: float) -> ScanPage | None:
-    from loadtest import scans
+    from samples import scans
 
     sheet = SYNTHETIC[name](dpi)
     if sheet is None:
