@@ -74,12 +74,16 @@ class ReplicaClient:
         self.settings = settings
         self.fleet = fleet
 
-    def post(self, replica: Replica, body: bytes, *, log_id: str, deadline: float) -> Attempt:
+    def post(self, replica: Replica, body: bytes, *, log_id: str, deadline: float,
+             first: bool = False) -> Attempt:
+        """One attempt at one chunk. `first`: the worker reads it before its queued pages
+        (a one-page interactive request: X-Ocr-Priority high)."""
         remaining = deadline - time.monotonic()
         timeout = urllib3.Timeout(connect=min(self.settings.connect_timeout_s, remaining),
                                   read=min(self.settings.page_timeout_s, remaining))
         headers = {"Content-Type": "application/json", h.LOG_ID: log_id,
-                   h.DEADLINE_MS: str(max(1, int(remaining * 1000))), **self.settings.headers,
+                   h.DEADLINE_MS: str(max(1, int(remaining * 1000))),
+                   h.PRIORITY: "high" if first else "normal", **self.settings.headers,
                    **self.fleet.outgoing(), **tracing.outgoing()}  # traceparent: this attempt
         metrics.REPLICA_INFLIGHT.labels(replica.url).inc()
         started = time.monotonic()

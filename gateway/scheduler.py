@@ -114,6 +114,13 @@ class Document:
         self._source = source
         self._cut_lock = threading.Lock()  # the source is used or closed under it
 
+    @property
+    def urgent(self) -> bool:
+        """An interactive document of one chunk (one page by default: an image, say): the
+        worker reads it before the pages queued there, so it waits at most for the page in
+        the engine, not for pages other gateways queued there (X-Ocr-Priority: high)."""
+        return self.priority == INTERACTIVE and self.num_chunks == 1
+
     # ---- scheduler side ----------------------------------------------------------------------
     def has_queued(self) -> bool:
         """Chunks still to send (now or after a backoff): what makes it count in the fleet's
@@ -483,7 +490,7 @@ class Scheduler:
                           attempt=task.attempts + 1) as span:
             try:
                 attempt = self.client.post(replica, doc.body(task.chunk), log_id=doc.log_id,
-                                           deadline=doc.deadline)
+                                           deadline=doc.deadline, first=doc.urgent)
             except Exception as exc:  # never lose a page to a bug in the send path
                 log.exception("sending a chunk failed")
                 attempt = Attempt(Outcome.FAILED, None, {},

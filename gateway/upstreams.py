@@ -15,7 +15,9 @@ process sent it since, never more of its own there than the worker's target; amo
 the one heard from last. So a page goes first where this process's last page just finished
 (what it knows best), gateways keep to the workers they already use instead of piling onto
 one that looked empty a while ago, and a worker another gateway leaves shows as empty at its
-next probe. A ready replica that answered a page within three health intervals is not
+next probe. When every worker is busy, a page that waits at one (its target is over one
+page) goes to the busy worker heard from first: its running page most likely started first,
+so the waiting page (an image, say) starts soonest. A ready replica that answered a page within three health intervals is not
 probed (its room is known, and at 64 replicas and up probes would cost more than pages).
 
 Busy is not down: a 503/429 pauses the replica briefly (a short, growing pause) and never
@@ -101,6 +103,16 @@ class Replica:
 
     def has_room(self, now: float) -> bool:
         return self.eligible(now) and self.busy_until <= now and self.inflight < self.slots
+
+
+def _staleness(replica: Replica) -> float:
+    """The tie-break between replicas that look equally loaded. An empty one heard from
+    last is the surest to be empty still. A busy one heard from first is likely the one
+    whose running page started first, so the page queued behind it (an image, say) starts
+    soonest; one never heard from comes last."""
+    if replica.load < 1:
+        return -replica.heard_at
+    return replica.heard_at if replica.heard_at > float("-inf") else float("inf")
 
 
 def resolve_host(host: str, port: int) -> list[str]:
@@ -212,7 +224,7 @@ class ReplicaSet:
             turn = next(self._rotation)
             count = len(candidates)
             chosen = min(enumerate(candidates),
-                         key=lambda item: (item[1].load, -item[1].heard_at,
+                         key=lambda item: (item[1].load, _staleness(item[1]),
                                            (item[0] - turn) % count))[1]
             chosen.inflight += 1
             chosen.load += 1

@@ -183,7 +183,7 @@ def peak_split(pages_dir: Path) -> dict[str, Any]:
 
 
 def dense_words(seed: int, dpi: int) -> list[str]:
-    """The words loadtest/documents.dense_page(seed, dpi) prints (the ground truth)."""
+    """The words samples/documents.dense_page(seed, dpi) prints (the ground truth)."""
     from samples import documents
 
     size = max(12, int(dpi * 0.15))

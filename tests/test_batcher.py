@@ -119,6 +119,25 @@ def test_cancelled_pages_are_skipped():
     assert all(2 not in pages for pages, _ in engine.calls)
 
 
+def test_a_first_page_goes_before_the_queued_ones_but_not_before_the_one_in_the_engine():
+    """X-Ocr-Priority: high (a one-page interactive request): it waits for the page being
+    read, not for the pages other callers queued; the rest keep their order, and stop()
+    still finishes every queued page."""
+    engine = RecordingEngine()
+    engine.gate.clear()
+    batcher = started(engine, max_batch=1)
+    running = batcher.submit(page(1), {})
+    wait_until(lambda: batcher.progress().in_engine == 1, timeout=5)
+    queued = [batcher.submit(page(i), {}) for i in (2, 3)]
+    urgent = [batcher.submit(page(i), {}, first=True) for i in (4, 5)]
+    engine.gate.set()
+    assert [f.result(5) for f in (running, *queued, *urgent)] == [1, 2, 3, 4, 5]
+    assert [pages for pages, _ in engine.calls] == [[1], [4], [5], [2], [3]]
+    late = batcher.submit(page(6), {})
+    batcher.stop(5)
+    assert late.result(5) == 6
+
+
 def test_load_failure_is_reported_not_raised():
     batcher = InferenceBatcher(RecordingEngine(load_error="no model"), queue_pages=2,
                                max_batch=1, batch_wait_s=0, warmup=False)

@@ -263,3 +263,33 @@ def test_gateways_with_a_replica_list_fill_the_emptiest_workers_within_their_sha
         taken.append(count)
     assert list(held.values()) == [1] * 8  # none idle, none doubled
     assert taken == [2, 2, 4]
+
+
+def test_among_equally_loaded_workers_an_empty_one_heard_last_and_a_busy_one_heard_first_win():
+    """Equal loads: an empty worker heard from last is the surest to be empty still; when all
+    are busy, the one heard from first most likely finishes its running page first, so the
+    page that waits behind it (an image, say) starts soonest."""
+    clock = Clock()
+    urls = [f"http://10.0.0.{i}:8101" for i in range(1, 4)]
+    held = {url: 1 for url in urls}  # another gateway's page running at each
+
+    def probe(url, request_headers):
+        return True, {headers.CAPACITY: "4", headers.FREE: str(4 - held[url])}
+
+    def heard_in_turn(replicas, order):
+        for url in order:  # one probe round per worker, a second apart
+            replica = next(r for r in replicas.replicas() if r.url == url)
+            replica.heard_at = float("-inf")
+            clock.now += 1.0
+            replicas._heard_load(replica, 4, 4 - held[url], finished=0, now=clock())
+
+    replicas = ReplicaSet(mode=MODE_LIST, urls=urls, probe=probe, clock=clock,
+                          fleet=FleetView(Board(clock=clock), default_target=2.0))
+    replicas.set_demand(1)
+    replicas.probe_all()
+    heard_in_turn(replicas, [urls[1], urls[0], urls[2]])
+    assert replicas.acquire().url == urls[1]  # busy: heard from first
+    held.update({url: 0 for url in urls})
+    heard_in_turn(replicas, [urls[2], urls[0], urls[1]])
+    first = replicas.acquire()
+    assert first.url == urls[1]  # empty: heard from last

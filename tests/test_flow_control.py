@@ -253,11 +253,13 @@ class ScriptedClient:
         self.script = script
         self.lock = threading.Lock()
         self.calls: list[tuple[str, int]] = []
+        self.first: list[bool] = []  # X-Ocr-Priority high, per call
 
-    def post(self, replica, body, *, log_id, deadline):
+    def post(self, replica, body, *, log_id, deadline, first=False):
         page = int(body.decode())
         with self.lock:
             self.calls.append((replica.url, page))
+            self.first.append(first)
             count = sum(1 for _, p in self.calls if p == page)
         status = self.script(replica.url, page, count)
         if status == 200:
@@ -322,6 +324,15 @@ def test_busy_answers_are_sent_again_without_spending_attempts(run_scheduler):
     document = submit(scheduler, 6)
     assert texts(document) == [str(i) for i in range(6)]
     assert len(client.calls) == 24
+
+
+def test_only_a_one_page_interactive_document_asks_the_worker_to_read_it_first(run_scheduler):
+    scheduler, client = run_scheduler(lambda url, page, n: 200)
+    for pages, priority, first in ((1, INTERACTIVE, True), (3, INTERACTIVE, False),
+                                   (1, BATCH, False)):
+        client.first.clear()
+        assert len(texts(submit(scheduler, pages, priority=priority))) == pages
+        assert client.first == [first] * pages
 
 
 def test_a_failed_page_is_retried_on_another_replica(run_scheduler):
@@ -392,7 +403,7 @@ class MalformedClient(ScriptedClient):
         super().__init__(lambda url, page, n: 200)
         self.bad = set(bad)
 
-    def post(self, replica, body, *, log_id, deadline):
+    def post(self, replica, body, *, log_id, deadline, first=False):
         page = int(body.decode())
         if page not in self.bad:
             return super().post(replica, body, log_id=log_id, deadline=deadline)

@@ -18,6 +18,7 @@ from services.ocr_worker import service as service_module
 from services.ocr_worker.app import create_app
 from services.ocr_worker.config import WorkerConfig
 from services.ocr_worker.engine import SimEngine
+from tests.conftest import wait_until
 
 PNG = base64.b64encode(documents.to_png(documents.text_image(["x"]))).decode()
 PAGES = 24
@@ -93,6 +94,41 @@ def test_free_slots_count_the_requests_in_flight():
         engine.gate.set()
         thread.join(10)
     assert answers[0].status_code == 200
+
+
+# ---- priority ---------------------------------------------------------------------------------
+def test_a_high_priority_request_is_read_before_the_pages_queued_before_it():
+    """X-Ocr-Priority: high (the gateway's one-page interactive requests) overtakes the pages
+    queued at the worker, not the one in the engine."""
+    client, service, engine = make_client(queue_size=4)
+    engine.gate.clear()
+    answers = {}
+
+    def send(name, width, priority):
+        answers[name] = client.post("/ocr", json={"file": image_b64(width, 0)},
+                                    headers={"X-Ocr-Priority": priority})
+
+    threads = []
+    for name, width, priority, queued in (("running", 200, "normal", 0),
+                                          ("queued", 260, "normal", 1),
+                                          ("image", 320, "high", 2)):
+        threads.append(threading.Thread(target=send, args=(name, width, priority)))
+        threads[-1].start()
+        wait_until(lambda q=queued: service.batcher.progress().queued == q
+                   and service.batcher.progress().in_engine == 1, timeout=10)
+    engine.gate.set()
+    for thread in threads:
+        thread.join(10)
+    assert all(answer.status_code == 200 for answer in answers.values())
+    assert [width for width, _ in engine.seen] == [200, 320, 260]
+
+
+@pytest.mark.parametrize("value", ["urgent", "1", ""])
+def test_a_malformed_priority_header_gets_400_json(value):
+    client, _, _ = make_client()
+    answer = client.post("/ocr", json={"file": PNG}, headers={"X-Ocr-Priority": value})
+    assert answer.status_code == 400
+    assert "X-Ocr-Priority" in answer.get_json()["errorMsg"]
 
 
 # ---- deadlines -------------------------------------------------------------------------------

@@ -13,11 +13,11 @@ from services.flask_common import (create_service_app, json_response, outcome_of
                                    read_ocr_fields)
 from services.flask_common.access import AccessPolicy
 from services.ocr_api import tracing
-from services.ocr_api.headers import ENGINE
+from services.ocr_api.headers import ENGINE, PRIORITY
 from services.ocr_api.logs import current_log_id
 
 from . import metrics
-from .capacity import DEADLINE_HEADER, capacity_headers, parse_deadline_ms
+from .capacity import DEADLINE_HEADER, capacity_headers, parse_deadline_ms, parse_priority
 from .config import WorkerConfig
 from .engine import Engine
 from .health import stall_reason
@@ -51,12 +51,13 @@ def create_app(config: WorkerConfig | None = None, engine: Engine | None = None,
     @app.post("/ocr")
     def ocr():
         deadline_ms = parse_deadline_ms(request.headers.get(DEADLINE_HEADER))
+        first = parse_priority(request.headers.get(PRIORITY))
         # the gateway's attempt (its traceparent) is this request's parent span
         with tracing.span("ocr request", parent=tracing.incoming(request.headers),
                           kind=tracing.SERVER):
             return json_response(service.handle(read_ocr_fields,
                                                 log_id_hook=current_log_id.set,
-                                                deadline_ms=deadline_ms,
+                                                deadline_ms=deadline_ms, first=first,
                                                 content_length=request.content_length))
 
     @app.after_request

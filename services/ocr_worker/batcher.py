@@ -2,12 +2,17 @@
 
 Request threads `submit()` pages (blocking briefly when the queue is full: that is back-pressure
 from an admitted request, bounded by the admission limit) and get a Future per page. The one
-inference thread loads the engine, warms it up, then takes pages in arrival order, grouping up
-to `max_batch` pages with identical parameters that arrive within `batch_wait_s`. Each page's
+inference thread loads the engine, warms it up, then takes pages in arrival order, those
+submitted `first` (a one-page interactive request, X-Ocr-Priority: high) before the others,
+grouping up to `max_batch` pages with identical parameters that arrive within `batch_wait_s`.
+A page waits behind the `first` pages that arrive while it is queued (never behind one in
+the engine); the gateway marks only one-page interactive requests, each within its fair
+share of the fleet, so a long document's pages are delayed by them, not starved. Each page's
 share of an engine call is a span ("engine") under the request that queued it."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import queue
 import threading
@@ -26,6 +31,7 @@ from .engine import Engine, PageOutput
 log = logging.getLogger("ocr_worker.batcher")
 
 _STOP = object()
+FIRST, NORMAL, LAST = 0, 1, 2  # queue ranks: X-Ocr-Priority high, the rest, the stop mark
 
 
 @dataclass
@@ -74,7 +80,8 @@ class InferenceBatcher:
         self.max_batch = max_batch
         self.batch_wait_s = batch_wait_s
         self.warmup = warmup
-        self._queue: queue.Queue = queue.Queue(maxsize=queue_pages)
+        self._queue: queue.PriorityQueue = queue.PriorityQueue(maxsize=queue_pages)
+        self._order = itertools.count()  # arrival order within a rank
         self._observe = observe or (lambda event, value: None)
         self._after_batch = after_batch or (lambda pixels: None)
         self._thread = threading.Thread(target=self._run, name="inference", daemon=True)
@@ -92,8 +99,9 @@ class InferenceBatcher:
         self._thread.start()
 
     def submit(self, image: np.ndarray, params: dict[str, Any],
-               deadline: float | None = None) -> Future:
-        """Queue one page; waits for room at most until `deadline` (DeadlineExceeded)."""
+               deadline: float | None = None, first: bool = False) -> Future:
+        """Queue one page (`first`: before the pages queued now); waits for room at most
+        until `deadline` (DeadlineExceeded)."""
         if not self.ready.is_set():
             raise EngineNotReady(self.load_error or "the model is still loading")
         job = PageJob(image=image, params=params, deadline=deadline)
@@ -101,7 +109,7 @@ class InferenceBatcher:
         try:
             if timeout is not None and timeout <= 0:
                 raise queue.Full
-            self._queue.put(job, timeout=timeout)
+            self._put(FIRST if first else NORMAL, job, timeout)
         except queue.Full:
             raise DeadlineExceeded("the request deadline passed while waiting for room in "
                                    "the page queue") from None
@@ -118,8 +126,11 @@ class InferenceBatcher:
     def stop(self, timeout: float | None = None) -> None:
         """Finish the pages already queued, then end the inference thread."""
         self._stopping = True
-        self._queue.put(_STOP)
+        self._put(LAST, _STOP)
         self._thread.join(timeout)
+
+    def _put(self, rank: int, item: Any, timeout: float | None = None) -> None:
+        self._queue.put((rank, next(self._order), item), timeout=timeout)
 
     # ---- inference-thread side -----------------------------------------------------------
     def _run(self) -> None:
@@ -160,7 +171,7 @@ class InferenceBatcher:
         if first is None:
             self._idle = True
             waited_from = time.monotonic() if self._queue.empty() else None
-            first = self._queue.get()
+            first = self._queue.get()[2]
             self._progress_at, self._idle = time.monotonic(), False
             if waited_from is not None:  # the engine sat idle until this page came
                 self._observe("idle", self._progress_at - waited_from)
@@ -171,12 +182,12 @@ class InferenceBatcher:
         while len(batch) < self.max_batch:
             remaining = deadline - time.monotonic()
             try:
-                job = self._queue.get(timeout=remaining) if remaining > 0 else \
-                    self._queue.get_nowait()
+                job = (self._queue.get(timeout=remaining) if remaining > 0 else
+                       self._queue.get_nowait())[2]
             except queue.Empty:
                 break
             if job is _STOP:
-                self._queue.put(_STOP)  # seen again after this batch
+                self._put(LAST, _STOP)  # seen again after this batch
                 break
             if job.params_key != first.params_key:
                 self._held_back = job

@@ -5,6 +5,10 @@ every request.
 - Every /ocr answer (200, 503, any status) carries `X-Ocr-Capacity` (admission slots,
   OCR_QUEUE_SIZE) and `X-Ocr-Free` (slots free when the answer leaves); `/readyz` says the
   same as `"capacity": {"slots", "free"}`.
+- A request may carry `X-Ocr-Priority: high`: its pages are read before the pages already
+  queued (never before the one being read). The gateway marks one-page interactive
+  requests so, so that an image waits for at most the page in the engine, not for the
+  pages other gateways queued behind it.
 - A request may carry `X-Deadline-Ms`: whole milliseconds the caller will still wait. The
   request's deadline is then the sooner of that and OCR_REQUEST_TIMEOUT_S. A value that is not
   a whole number from 0 to 999999999 gets 400 (a caller bug is better found than ignored).
@@ -42,6 +46,16 @@ def parse_deadline_ms(value: str | None) -> int | None:
         raise bad_request(f"{DEADLINE_HEADER} must be a whole number of milliseconds from 0 "
                           f"to {MAX_DEADLINE_MS}")
     return int(text)
+
+
+def parse_priority(value: str | None) -> bool:
+    """True for `X-Ocr-Priority: high` (a one-page interactive request: the worker reads it
+    before the pages already queued), False without the header or for "normal"; 400 else."""
+    if value is None or value.strip().lower() == "normal":
+        return False
+    if value.strip().lower() == "high":
+        return True
+    raise bad_request(f"{headers.PRIORITY} must be high or normal")
 
 
 def capacity_headers(slots: int, free: int) -> dict[str, str]:

@@ -106,8 +106,10 @@ class OcrService:
         return ocr_request
 
     def predict(self, ocr_request: OcrRequest, deadline: float | None = None,
-                reservation: Reservation | None = None) -> dict[str, Any]:
-        """Render, infer and encode one admitted request; returns the `result` object."""
+                reservation: Reservation | None = None, first: bool = False
+                ) -> dict[str, Any]:
+        """Render, infer and encode one admitted request; returns the `result` object.
+        `first`: its pages go before the pages already queued (X-Ocr-Priority: high)."""
         if deadline is None:
             deadline = time.monotonic() + self.config.request_timeout_s
         document = open_document(ocr_request, self.limits)
@@ -115,7 +117,7 @@ class OcrService:
             if reservation is not None:
                 reservation.grow_to(reservation.nbytes + self._pages_cost(document,
                                                                           ocr_request))
-            results, sizes = self._run_pages(document, ocr_request, deadline)
+            results, sizes = self._run_pages(document, ocr_request, deadline, first)
         finally:
             document.close()
         metrics.PAGES.labels("ok").inc(len(results))
@@ -129,8 +131,8 @@ class OcrService:
         pages = min(self.config.page_window, len(document.page_indices))
         return pages * document.page_bytes * (2 if ocr_request.visualize else 1)
 
-    def _run_pages(self, document: Document, ocr_request: OcrRequest, deadline: float
-                   ) -> tuple[list[dict[str, Any]], list[tuple[int, int]]]:
+    def _run_pages(self, document: Document, ocr_request: OcrRequest, deadline: float,
+                   first: bool = False) -> tuple[list[dict[str, Any]], list[tuple[int, int]]]:
         """Pages go to the inference queue as they are rendered and are encoded in order as
         they finish; at most OCR_PAGE_WINDOW rendered pages (queued, being inferred, or
         waiting to be encoded) exist at once, so memory does not grow with the page count.
@@ -164,7 +166,7 @@ class OcrService:
                 tracing.record("render", started, time.monotonic(), page=len(sizes) + 1)
                 sizes.append((int(image.shape[1]), int(image.shape[0])))
                 future = self._submit(image, ocr_request.pipeline_params, deadline,
-                                      len(sizes))
+                                      len(sizes), first)
                 window.append((len(sizes) - 1, future, image if visualize else None,
                                marks.get(len(sizes) - 1)))
                 del image, future
@@ -189,9 +191,10 @@ class OcrService:
                              f"X-Deadline-Ms and {self.config.request_timeout_s:g} s): send "
                              "fewer pages per request")
 
-    def _submit(self, image, params, deadline: float, page_number: int) -> Future:
+    def _submit(self, image, params, deadline: float, page_number: int,
+                first: bool = False) -> Future:
         try:
-            return self.batcher.submit(image, params, deadline)
+            return self.batcher.submit(image, params, deadline, first=first)
         except EngineNotReady as exc:
             raise ApiError(503, str(exc), {"Retry-After": str(self.config.retry_after_s)})
         except DeadlineExceeded:
@@ -217,8 +220,8 @@ class OcrService:
 
     def handle(self, read_fields: Callable[[], tuple[Mapping[str, Any], bytes | None]],
                log_id_hook: Callable[[str], None] = lambda _: None,
-               deadline_ms: int | None = None, content_length: int | None = None
-               ) -> dict[str, Any]:
+               deadline_ms: int | None = None, content_length: int | None = None,
+               first: bool = False) -> dict[str, Any]:
         """The whole request: admission first (so an overloaded worker refuses before it even
         reads the body), then decode_request -> predict -> envelope. The deadline is the
         sooner of OCR_REQUEST_TIMEOUT_S and the caller's X-Deadline-Ms, from arrival."""
@@ -241,7 +244,8 @@ class OcrService:
                                                                      or b"")))
                 log_id_hook(ocr_request.log_id)
                 return envelope.success(ocr_request.log_id,
-                                        self.predict(ocr_request, deadline, reservation))
+                                        self.predict(ocr_request, deadline, reservation,
+                                                     first))
             finally:
                 metrics.INFLIGHT.dec()
 
