@@ -154,6 +154,58 @@ def paddlex_table(result: dict[str, Any], refuse: bool = True) -> str:
         + f". {measured(result)}."])
 
 
+def accuracy_table(result: dict[str, Any]) -> str:
+    """The engine settings on the accuracy corpus (bench_accuracy's settings part)."""
+    from loadtest import bench_accuracy
+
+    return "\n".join([
+        _markdown(bench_accuracy.headers(result), bench_accuracy.rows(result)),
+        f"\nThe {bench_accuracy.rule(result)}. Pages: "
+        + ", ".join(f"{len([k for k in result['page_kinds'].values() if k == kind])} {kind}"
+                    for kind in sorted(result["by_kind"]))
+        + f". {measured(result)}."])
+
+
+def memory_table(result: dict[str, Any]) -> str:
+    """The worker's memory soak (bench_memory): steady RSS by page count, and the peak."""
+    runs = [("worker now (defaults)", result)]
+    if result.get("reference"):
+        runs.append((f"before: {result['reference']['settings']}", result["reference"]))
+    counts = sorted({int(n) for _, run in runs for n in run["steady_mib_at"]})
+    rows = [[label, round(run["rss_mib_after_start"])]
+            + [round(run["steady_mib_at"][str(n)]) if str(n) in run["steady_mib_at"] else ""
+               for n in counts] + [round(run["peak_mib"])] for label, run in runs]
+    kinds = ", ".join(f"{kind} {mib:,.0f}" for kind, mib in
+                      sorted(result["peak_mib_by_kind"].items(), key=lambda kv: -kv[1]))
+    return "\n".join([
+        _markdown(["MiB", "after start"] + [f"page {n}" for n in counts] + ["peak"], rows),
+        f"\nGrowth from the round ending at page {result['steady_growth_after']} to the last "
+        f"round: {result['steady_growth'] * 100:+.1f} % (goal < "
+        f"{result['growth_goal'] * 100:.0f} %). The peak is "
+        f"{result['peak_share_of_limit'] * 100:.0f} % of the CPU overlay's "
+        f"{result['limit_mib'] / 1024:g} GiB limit (goal <= "
+        f"{(1 - result['headroom_goal']) * 100:.0f} %). Peaks by kind: {kinds}. Engine: "
+        f"{result['engine']}. {measured(result)}."])
+
+
+def bench_table(summary: dict[str, Any]) -> str:
+    """One `make bench` run (bench_all's summary.json): every part's rows, and the engine its
+    workers reported."""
+    rows = [[name, *row] for name, part in summary["parts"].items() if "rows" in part
+            for row in part["rows"]]
+    broken = [name for name, part in summary["parts"].items() if "error" in part]
+    by_engine: dict[str, list[str]] = {}
+    for name, part in summary["parts"].items():
+        if part.get("engines"):
+            by_engine.setdefault(report.engine_label(part["engines"]), []).append(name)
+    engines = "; ".join(f"{label} ({', '.join(names)})" for label, names in by_engine.items())
+    return "\n".join([
+        _markdown(["part", *report.HEADERS], rows),
+        f"\nEngines, as the workers reported them: {engines}."
+        + (f" Parts that failed to run: {', '.join(broken)}." if broken else "")
+        + f" {measured(summary)} ({summary['seconds'] / 60:.0f} min)."])
+
+
 def _markdown(headers: list[str], rows: list[list[Any]]) -> str:
     cells = [[report._fmt(v) for v in row] for row in rows]
     out = ["| " + " | ".join(headers) + " |", "|" + " --- |" * len(headers)]
@@ -172,6 +224,9 @@ TABLES: list[tuple[str, str, str, Callable[[dict[str, Any]], str]]] = [
     ("docs/cache.md", "cache", "cache.json", cache_table),
     ("docs/benchmarks.md", "scaling", "scaling.json", scaling_table),
     ("docs/benchmarks.md", "paddlex", "paddlex.json", paddlex_table),
+    ("docs/benchmarks.md", "bench", "bench/summary.json", bench_table),
+    ("docs/benchmarks.md", "accuracy", "accuracy.json", accuracy_table),
+    ("docs/operations.md", "memory-soak", "bench/memory.json", memory_table),
 ]
 
 
