@@ -238,7 +238,9 @@ def fleet(tmp_path_factory):
         first.start()
         wait_until(lambda: gauge(gateway, "ocr_gateway_queued_pages") > 0, 30,
                    what="the first document queued")
-        refused = requests.post(f"{gateway}/ocr", json={"file": pdf(2)}, timeout=60)
+        # 7 pages: more than the whole queue (6), so refused for as long as any page of the
+        # first document is still queued, not only while 4 or more are (a 100 ms race)
+        refused = requests.post(f"{gateway}/ocr", json={"file": pdf(7)}, timeout=60)
         first.join(60)
         assert refused.status_code == 429, refused.text
         # a job whose callback fails once, then is delivered
