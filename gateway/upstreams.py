@@ -17,8 +17,9 @@ the one heard from last. So a page goes first where this process's last page jus
 one that looked empty a while ago, and a worker another gateway leaves shows as empty at its
 next probe. When every worker is busy, a page that waits at one (its target is over one
 page) goes to the busy worker heard from first: its running page most likely started first,
-so the waiting page (an image, say) starts soonest. A ready replica that answered a page within three health intervals is not
-probed (its room is known, and at 64 replicas and up probes would cost more than pages).
+so the waiting page (an image, say) starts soonest. A ready replica that answered a page
+within three health intervals is not probed (its room is known, and at 64 replicas and up
+probes would cost more than pages).
 
 Busy is not down: a 503/429 pauses the replica briefly (a short, growing pause) and never
 ejects it. Only connection errors and timeouts eject a replica (not in load-balancer mode:

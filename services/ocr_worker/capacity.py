@@ -51,10 +51,9 @@ def parse_deadline_ms(value: str | None) -> int | None:
 def parse_priority(value: str | None) -> bool:
     """True for `X-Ocr-Priority: high` (a one-page interactive request: the worker reads it
     before the pages already queued), False without the header or for "normal"; 400 else."""
-    if value is None or value.strip().lower() == "normal":
-        return False
-    if value.strip().lower() == "high":
-        return True
+    text = "normal" if value is None else value.strip().lower()
+    if text in ("high", "normal"):
+        return text == "high"
     raise bad_request(f"{headers.PRIORITY} must be high or normal")
 
 
