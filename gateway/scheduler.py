@@ -52,6 +52,7 @@ PRIORITIES = (INTERACTIVE, BATCH)
 CLIENT_CHECK_S = 0.5  # how often a waiting request checks that its client is still there
 ABANDON_AFTER_S = 60.0  # past its deadline, a document nobody reads is dropped from the queue
 RETRY_CAP_S = 30.0  # the longest wait before a failed page is tried again
+TIDY_S = 0.05  # deadlines and abandoned documents are looked at least this often
 
 
 class Source(Protocol):
@@ -128,7 +129,7 @@ class Document:
         return not self.stopped and (self.next_position < self.num_chunks or bool(self.pending))
 
     def sendable(self, now: float) -> bool:
-        if self.stopped:
+        if self.stopped or now >= self.deadline:  # past it: stopped at the next tidy
             return False
         return self.next_position < self.num_chunks or any(
             t.not_before <= now for t in self.pending)
@@ -282,6 +283,8 @@ class Scheduler:
         self.failure: str | None = None
         self._cond = threading.Condition()
         self._stop = False
+        self._demand = (0, 0)  # what _tell_demand last told the replica set
+        self._tidied_at = float("-inf")
         self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
         replicas.on_change(self._wake)
 
@@ -334,9 +337,15 @@ class Scheduler:
         """Under the lock: this process's weight in the fleet (gateway.fleet): its documents
         with chunks still to send, and the chunks in flight of those with none left (they
         hold a slot each, and no more)."""
-        docs = self.fair.documents()
-        self.replicas.set_demand(sum(1 for d in docs if d.has_queued()),
-                                 sum(d.inflight for d in docs if not d.has_queued()))
+        queued = held = 0
+        for doc in self.fair.documents():
+            if doc.has_queued():
+                queued += 1
+            else:
+                held += doc.inflight
+        if (queued, held) != self._demand:  # told on every page's events: mostly no news
+            self._demand = (queued, held)
+            self.replicas.set_demand(queued, held)
 
     def snapshot(self) -> dict[str, int]:
         with self._cond:
@@ -385,6 +394,28 @@ class Scheduler:
         """Under the lock: the next (document, chunk) to send, or None after waiting a while
         for room, a retry's time or a new document."""
         now = time.monotonic()
+        if now - self._tidied_at >= TIDY_S:
+            self._tidy(now)
+        room = self.replicas.has_room()
+        doc = self.fair.pick(now, self.replicas.document_quota()) if room else None
+        if doc is None:  # about to wait: tidy first, then wait for what comes first
+            self._tidy(now)
+            wake = self.fair.next_wake(now)
+            if not room:
+                wake = min(filter(None, (wake, self.replicas.next_change())), default=None)
+            self._cond.wait(timeout=_until(wake, now, cap=1.0 if not room else 5.0))
+            return None
+        task = doc.take(now)
+        doc.inflight += 1
+        if not doc.has_queued():
+            self._tell_demand()
+        return doc, task
+
+    def _tidy(self, now: float) -> None:
+        """Under the lock: stop the documents past their deadline, finish the abandoned ones.
+        Before every wait, and at least every TIDY_S while pages flow (not on every page: it
+        looks at every document)."""
+        self._tidied_at = now
         expired = self.fair.expire(now)
         if expired:
             self._tell_demand()
@@ -394,20 +425,6 @@ class Scheduler:
                         extra={"logId": doc.log_id})
         for doc in self.fair.abandoned(now, ABANDON_AFTER_S):
             self.finish(doc)  # its request never read it (e.g. a stream nobody started)
-        wake = self.fair.next_wake(now)
-        if not self.replicas.has_room():
-            wake = min(filter(None, (wake, self.replicas.next_change())), default=None)
-            self._cond.wait(timeout=_until(wake, now, cap=1.0))
-            return None
-        doc = self.fair.pick(now, self.replicas.document_quota())
-        if doc is None:
-            self._cond.wait(timeout=_until(wake, now, cap=5.0))
-            return None
-        task = doc.take(now)
-        doc.inflight += 1
-        if not doc.has_queued():
-            self._tell_demand()
-        return doc, task
 
     def _dispatch(self, doc: Document, task: Task) -> None:
         if doc.cache is not None and task.cache is None:

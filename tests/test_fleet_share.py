@@ -293,3 +293,23 @@ def test_among_equally_loaded_workers_an_empty_one_heard_last_and_a_busy_one_hea
     heard_in_turn(replicas, [urls[2], urls[0], urls[1]])
     first = replicas.acquire()
     assert first.url == urls[1]  # empty: heard from last
+
+
+def test_a_new_document_is_taken_into_the_limit_at_once_a_finished_one_at_the_next_rebalance():
+    """More demand shrinks this process's per-document quota before the next page goes out;
+    less demand (a document done) waits for the next rebalance: not one per page event."""
+    clock = Clock()
+    board = Board(clock=clock)
+    board.merge("w:aaaa:1:800:0,c:bbbb:1:100:0")  # 8 slots, another gateway with 1 document
+    replicas = ReplicaSet(mode=MODE_LOAD_BALANCER, urls=["http://balancer"],
+                          probe=lambda url, h: (True, {}), clock=clock,
+                          fleet=FleetView(board))
+    replicas.set_demand(1)
+    assert replicas.document_quota() == 4  # 8 slots over 2 documents
+    replicas.set_demand(3)
+    assert replicas.document_quota() == 2  # at once: 8 over 4
+    clock.now += 0.01
+    replicas.set_demand(1)
+    assert replicas.document_quota() == 2  # still: less demand waits for the rebalance
+    clock.now += 0.05
+    assert replicas.document_quota() == 4

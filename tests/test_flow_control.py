@@ -182,6 +182,18 @@ def test_a_document_at_its_fleet_quota_leaves_the_room_to_the_others():
     assert fair.pick(0, quota=4) in (long_doc, image)
 
 
+def test_a_document_past_its_deadline_is_never_picked_even_before_it_is_stopped():
+    """The scheduler stops expired documents every TIDY_S, not on every page: until then,
+    the queue itself passes them over (nothing is sent with no time left to read it)."""
+    fair = FairQueue()
+    late, other = doc(3, deadline=10.0), doc(3, deadline=100.0)
+    fair.add(late)
+    fair.add(other)
+    assert fair.pick(9.0) is late
+    assert not late.stopped and fair.pick(10.0) is other and fair.pick(10.0) is other
+    assert fair.expire(10.0) == [late] and late.stopped
+
+
 def test_interactive_documents_go_before_batch_ones():
     fair = FairQueue()
     batch = doc(10, priority=BATCH)
