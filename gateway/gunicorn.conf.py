@@ -5,7 +5,8 @@ replicas), long request timeouts for big PDFs, multiprocess-aware Prometheus met
 Run: gunicorn -c gateway/gunicorn.conf.py gateway.wsgi:app"""
 
 from gateway.config import GatewayConfig
-from services.flask_common.prometheus import mark_process_dead, prepare_multiprocess_dir
+from services.flask_common.prometheus import (mark_process_dead, prepare_multiprocess_dir,
+                                              remove_multiprocess_dir)
 from services.ocr_api.settings import ConfigError
 
 # Every setting, read once, here in the master: a bad one stops the gateway now, with its
@@ -35,3 +36,7 @@ def worker_exit(server, worker):
 
 def child_exit(server, worker):
     mark_process_dead(worker.pid)
+
+
+def on_exit(server):
+    remove_multiprocess_dir("gateway", _host, _port)

@@ -6,13 +6,15 @@ stays up and says why in /readyz."""
 import concurrent.futures
 import re
 import signal
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 import requests
 
 from samples import documents
-from scripts.fleet import free_port, http_status, worker_process
+from scripts.fleet import free_port, gateway_process, http_status, stop_all, worker_process
 from tests.conftest import b64, wait_until
 
 pytestmark = pytest.mark.slow  # starts servers: scheduled first (tests/conftest.py)
@@ -106,3 +108,22 @@ def test_missing_models_keep_the_process_up_and_not_ready(tmp_path):
         assert response.status_code == 500 and "make models" in response.json()["errorMsg"]
     finally:
         process.stop()
+
+
+def test_stopped_services_leave_nothing_in_the_temporary_directory(tmp_path):
+    """Each service's master names a metrics (and the worker a recycle) directory after its
+    port in the temporary directory, and removes it at exit: a host that starts services on
+    many ports (tests, benchmarks, restarts) does not fill up with them."""
+    worker, url = start_sim_worker(tmp_path)
+    port = free_port()
+    gateway = gateway_process(port, {"GATEWAY_REPLICAS": url}, tmp_path / "gateway.log")
+    try:
+        gateway.start().wait_ready(60)
+        ours = [Path(tempfile.gettempdir()) / f"ocrfleet-{name}-127.0.0.1-{p}"
+                for name, p in (("worker-metrics", url.rsplit(":", 1)[1]),
+                                ("recycle", url.rsplit(":", 1)[1]),
+                                ("gateway-metrics", port))]
+        assert all(path.is_dir() for path in ours)
+    finally:
+        stop_all([worker, gateway])
+    assert [path for path in ours if path.exists()] == []

@@ -1,5 +1,6 @@
 """prometheus-client under gunicorn, for both services: the multiprocess directory (set up in
-the master before the app imports prometheus_client, wiped at start), the /metrics payload
+the master before the app imports prometheus_client, wiped at start, and removed at exit when
+it is ours, not the operator's PROMETHEUS_MULTIPROC_DIR), the /metrics payload
 (a fresh MultiProcessCollector registry per scrape when several processes share it), and
 marking a dead process's gauges."""
 
@@ -12,12 +13,22 @@ import tempfile
 
 def prepare_multiprocess_dir(service: str, host: str, port: int) -> str:
     """Call from gunicorn.conf.py, in the master, before the app is imported."""
-    path = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or os.path.join(
-        tempfile.gettempdir(), f"ocrfleet-{service}-metrics-{host}-{port}")
+    path = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or _default_dir(service, host, port)
     shutil.rmtree(path, ignore_errors=True)
     os.makedirs(path, exist_ok=True)
     os.environ["PROMETHEUS_MULTIPROC_DIR"] = path
     return path
+
+
+def remove_multiprocess_dir(service: str, host: str, port: int) -> None:
+    """Call from gunicorn's on_exit, in the master: the directory prepare_multiprocess_dir
+    named in the temporary directory goes (every run on a new port would leave one)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR") == _default_dir(service, host, port):
+        shutil.rmtree(_default_dir(service, host, port), ignore_errors=True)
+
+
+def _default_dir(service: str, host: str, port: int) -> str:
+    return os.path.join(tempfile.gettempdir(), f"ocrfleet-{service}-metrics-{host}-{port}")
 
 
 def mark_process_dead(pid: int) -> None:

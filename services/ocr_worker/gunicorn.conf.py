@@ -11,7 +11,8 @@ import signal
 from collections import Counter
 from dataclasses import replace
 
-from services.flask_common.prometheus import mark_process_dead, prepare_multiprocess_dir
+from services.flask_common.prometheus import (mark_process_dead, prepare_multiprocess_dir,
+                                              remove_multiprocess_dir)
 from services.ocr_api.settings import ConfigError
 from services.ocr_worker import recycle
 from services.ocr_worker.config import WorkerConfig
@@ -98,3 +99,8 @@ def worker_exit(server, worker):
 def child_exit(server, worker):
     mark_process_dead(worker.pid)
     recycle.forget(worker.pid)
+
+
+def on_exit(server):
+    remove_multiprocess_dir("worker", _host, _port)
+    recycle.remove_dir()

@@ -44,6 +44,13 @@ def prepare_dir(host: str, port: int) -> str:
     return path
 
 
+def remove_dir() -> None:
+    """In the master, at exit: the directory goes with the fleet of processes it served."""
+    directory = _dir()
+    if directory is not None:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 def _dir() -> Path | None:
     path = os.environ.get(DIR_VARIABLE)
     return Path(path) if path else None
