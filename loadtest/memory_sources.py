@@ -292,7 +292,7 @@ def main(argv: list[str]) -> int:
     results["peak_split"] = json.loads(done.stdout.strip().splitlines()[-1])
     print(json.dumps(results["peak_split"], indent=1))
     done = subprocess.run([sys.executable, "-m", "loadtest.memory_sources", "--caps", "4000",
-                           "3000", "2400", "1600"], capture_output=True, text=True, check=True)
+                           "1600", "1200"], capture_output=True, text=True, check=True)
     results["det_cap_trade"] = json.loads(done.stdout.strip().splitlines()[-1])
     for row in results["det_cap_trade"]:
         print(f"OCR_DET_MAX_SIDE={row['cap']}: {row['page']}: peak +{row['peak_over_idle_mib']:.0f}"
