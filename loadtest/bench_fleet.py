@@ -1,37 +1,19 @@
 """`make bench-fleet`: does the gateway fill a large fleet, fairly, through every upstream mode?
-
-Each shape is (mode, N replicas, G gateways): N sim workers whose page time keeps the fleet's
-capacity at BENCH_FLEET_CAPACITY pages/s (32 by default, so the machine's own CPU is not the
-limit: N x 1000 / page_ms), reached through one nginx (`nginx`, the one-URL mode: as a k8s
-ClusterIP Service), the workers' URL list (`list`), or a DNS name whose addresses are the
-workers on 127.0.0.x (`dns`, as a k8s headless Service; the gateway resolves it with its own
-/etc/hosts: local_fleet.HostsFile). G gateways (2 gunicorn processes each) share them. The
-load: 8 blank PDFs of 120 pages sent at once, split evenly over the gateways, plus one small
-image every 0.25 s per gateway.
-
-Figures per shape: pages/s / capacity over the documents' makespan, the images' p95 (and its
-wait beyond one page time: an image on a full fleet waits for a page to finish), the spread
-of the documents' finish times (as a share of the makespan), failures, the gateways' CPU per
-page and the machine's load. Then two runs of their own:
-- growth: `kubectl scale` 16 -> 64 in the middle of a run (nginx re-rendered and reloaded, or
-  the DNS name answering 64 addresses), then back to 32; time until pages/s reaches the new
-  capacity, and no page lost;
-- routing: pages/s one gateway core routes (one gateway process, many 0-ms sim workers, a
-  closed loop of small images): pages / the gateway's CPU-seconds.
-
-Writes bench/results/fleet.json and fleet.png. Knobs: BENCH_FLEET_SHAPES ("nginx:16:1,..."),
-BENCH_FLEET_CAPACITY (32), BENCH_FLEET_DOCS (8), BENCH_FLEET_PAGES (120), BENCH_FLEET_GROWTH
-(1), BENCH_FLEET_ROUTE (1), BENCH_QUICK=1 (a short set), RESULTS_DIR."""
+Each shape is (mode, N sim replicas, G gateways): the fleet's capacity held at
+BENCH_FLEET_CAPACITY pages/s (page time N x 1000 / capacity ms), reached through nginx, the
+URL list or a DNS name (local_fleet.HostsFile); the load is long PDFs sent at once plus an
+image every 0.25 s per gateway. Then growth 16 -> 64 -> 32 replicas mid-run and the routing
+cost of one gateway core (docs/capacity.md, section 8). Writes fleet.json and fleet.png;
+knobs in loadtest/README.md."""
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +21,7 @@ import requests
 
 from deploy.nginx import render as nginx
 from loadtest import doc_tables, local_fleet, report
-from loadtest.loadgen import images_every, p95, run_closed_loop, send
+from loadtest.loadgen import at_once, documents_with_images, p95, run_closed_loop, send
 from loadtest.local_fleet import Fleet
 from loadtest.payloads import labelled_pdf_payload, small_image_payloads
 from loadtest.procstats import ForeignLoad
@@ -53,9 +35,15 @@ WINDOW_S = 4.0  # growth: pages/s over the last 4 s (two page times at 64 replic
 # come back in waves, and a window of one page time shows the waves' phase, not the rate)
 
 
+def parse_shapes(text: str) -> list[tuple[str, int, int]]:
+    return [(mode, int(n), int(g)) for mode, n, g in
+            (part.split(":") for part in text.split(",") if part)]
+
+
 @dataclass
 class FleetSettings:
-    shapes: list[tuple[str, int, int]]
+    shapes: list[tuple[str, int, int]] = field(
+        default_factory=lambda: parse_shapes(DEFAULT_SHAPES))
     capacity: float = 32.0
     docs: int = 8
     pages: int = 120
@@ -65,15 +53,12 @@ class FleetSettings:
 
     @classmethod
     def from_env(cls) -> "FleetSettings":
-        env, quick = os.environ, report.quick()
-        spec = env.get("BENCH_FLEET_SHAPES") or (QUICK_SHAPES if quick else DEFAULT_SHAPES)
-        shapes = [(mode, int(n), int(g)) for mode, n, g in
-                  (part.split(":") for part in spec.split(",") if part)]
-        return cls(shapes=shapes, capacity=float(env.get("BENCH_FLEET_CAPACITY") or 32),
-                   docs=int(env.get("BENCH_FLEET_DOCS") or (4 if quick else 8)),
-                   pages=int(env.get("BENCH_FLEET_PAGES") or (40 if quick else 120)),
-                   growth=env.get("BENCH_FLEET_GROWTH", "1") != "0" and not quick,
-                   route=env.get("BENCH_FLEET_ROUTE", "1") != "0")
+        return report.from_env(cls, {
+            "shapes": ("BENCH_FLEET_SHAPES", parse_shapes),
+            "capacity": ("BENCH_FLEET_CAPACITY", float), "docs": ("BENCH_FLEET_DOCS", int),
+            "pages": ("BENCH_FLEET_PAGES", int), "route": ("BENCH_FLEET_ROUTE", "0".__ne__),
+            "growth": ("BENCH_FLEET_GROWTH", lambda v: v != "0" and not report.quick())},
+            shapes=parse_shapes(QUICK_SHAPES), docs=4, pages=40, growth=False)
 
     def page_ms(self, replicas: int) -> float:
         return replicas * 1000.0 / self.capacity
@@ -83,29 +68,16 @@ class FleetSettings:
 def run_shape(fleet: Fleet, mode: str, replicas: int, count: int,
               settings: FleetSettings) -> dict[str, Any]:
     pdf = labelled_pdf_payload(settings.pages, seed=replicas)
+    counter = PageCounter()
     with fleet.gateways(mode, count, **NO_JOBS) as gateways:
-        urls = [local_fleet.url_of(g) + "/ocr" for g in gateways]
-        for url in urls:
-            send(url, small_image_payloads(1)[0])  # warm connections
-        stop = threading.Event()
-        counter = PageCounter()
-        with ForeignLoad(gateways) as sampler, ThreadPoolExecutor(len(urls) + 1) as side:
-            images = [side.submit(images_every, url, settings.image_every_s, stop)
-                      for url in urls]
-            side.submit(counter.watch, urls, stop)
-            started = time.perf_counter()
-            with ThreadPoolExecutor(settings.docs) as pool:
-                docs = list(pool.map(lambda i: (*send(urls[i % len(urls)], pdf),
-                                                time.perf_counter() - started),
-                                     range(settings.docs)))
-            makespan = time.perf_counter() - started
-            stop.set()
-            image_results = [r for future in images for r in future.result()]
+        sampler = ForeignLoad(gateways)
+        docs, image_results, makespan, started = documents_with_images(
+            [local_fleet.url_of(g) + "/ocr" for g in gateways], pdf, settings.docs,
+            settings.image_every_s, watch=counter.watch, meter=sampler)
     ok_docs = [d for d in docs if d[0] == 200 and not d[2]]
-    image_pages = sum(1 for latency, ok in image_results if ok)
-    pages = len(ok_docs) * settings.pages + image_pages
-    finishes = [d[3] for d in docs]
     latencies = [latency for latency, ok in image_results if ok]
+    pages = len(ok_docs) * settings.pages + len(latencies)
+    finishes = [d[3] for d in docs]
     page_s = settings.page_ms(replicas) / 1000.0
     image_p95 = p95(latencies)
     # while every document still runs: whole page times back from the first document's end
@@ -126,8 +98,8 @@ def run_shape(fleet: Fleet, mode: str, replicas: int, count: int,
         "document_errors": [d[2] or d[0] for d in docs if d not in ok_docs][:4],
         "finish_first_s": round(min(finishes), 2), "finish_last_s": round(max(finishes), 2),
         "finish_spread": round((max(finishes) - min(finishes)) / makespan, 3),
-        "finishes_s": [[i % len(urls), round(f, 2)] for i, f in enumerate(finishes)],
-        "images": len(image_results), "images_ok": image_pages,
+        "finishes_s": [[i % count, round(f, 2)] for i, f in enumerate(finishes)],
+        "images": len(image_results), "images_ok": len(latencies),
         "image_p95_s": round(image_p95, 3) if image_p95 else None,
         "image_p95_wait_s": round(image_p95 - page_s, 3) if image_p95 else None,
         "image_median_s": round(statistics.median(latencies), 3) if latencies else None,
@@ -140,40 +112,33 @@ def run_shape(fleet: Fleet, mode: str, replicas: int, count: int,
 def run_growth(settings: FleetSettings, log_dir: Path, mode: str = "nginx") -> dict[str, Any]:
     """16 replicas, then 64 mid-run, then 32: pages/s per second against capacity."""
     page_ms = settings.page_ms(64)
-    per_replica = 1000.0 / page_ms
-    fleet = Fleet(log_dir / f"growth-{mode}", page_ms, dns_mode=mode == "dns")
-    try:
-        fleet.add_workers(16)
-        pdf = labelled_pdf_payload(settings.pages, seed=3)
-        with fleet.gateways(mode, 2, **NO_JOBS) as gateways:
-            urls = [local_fleet.url_of(g) + "/ocr" for g in gateways]
-            counter = PageCounter()
-            stop = threading.Event()
-            with ThreadPoolExecutor(len(urls) + 1) as side:
-                side.submit(counter.watch, urls, stop)
-                started = time.perf_counter()
-                docs = [side.submit(send_many, urls, pdf, settings.docs)]
-                time.sleep(15)
-                grown_at = time.perf_counter() - started
-                fleet.add_workers(48)
-                ready_at = time.perf_counter() - started
-                time.sleep(25)
-                shrunk_at = time.perf_counter() - started
-                fleet.remove_workers(32)
-                results = docs[0].result()
-                stop.set()
-    finally:
-        fleet.close()
-    rates = counter.rates(started)
+    pdf = labelled_pdf_payload(settings.pages, seed=3)
+    counter, stop = PageCounter(), threading.Event()
+    with Fleet(log_dir / f"growth-{mode}", page_ms, 16, dns_mode=mode == "dns") as fleet, \
+            fleet.gateways(mode, 2, **NO_JOBS) as gateways, ThreadPoolExecutor(2) as side:
+        urls = [local_fleet.url_of(g) + "/ocr" for g in gateways]
+        side.submit(counter.watch, urls, stop)
+        started = time.perf_counter()
+        docs = side.submit(at_once, lambda i: send(urls[i % len(urls)], pdf),
+                           range(settings.docs))
+        time.sleep(15)
+        grown_at = time.perf_counter() - started
+        fleet.add_workers(48)
+        ready_at = time.perf_counter() - started
+        time.sleep(25)
+        shrunk_at = time.perf_counter() - started
+        fleet.remove_workers(32)
+        results = docs.result()
+        stop.set()
+    rates, per_replica = counter.rates(started), 1000.0 / page_ms
     reach = next((t for t, rate in rates if t >= ready_at and rate >= 0.95 * 64 * per_replica),
                  None)
     return {"mode": mode, "page_ms": page_ms, "grown_at_s": round(grown_at, 1),
             "new_replicas_ready_at_s": round(ready_at, 1),
             "reached_new_capacity_at_s": reach,
             "seconds_to_new_capacity": round(reach - ready_at, 1) if reach else None,
-            "shrunk_at_s": round(shrunk_at, 1),
-            "documents": len(results), "documents_ok": sum(1 for r in results if r[0] == 200
-                                                           and not r[2]),
+            "shrunk_at_s": round(shrunk_at, 1), "documents": len(results),
+            "documents_ok": sum(1 for r in results if r[0] == 200 and not r[2]),
             "document_errors": [r[2] or r[0] for r in results if r[0] != 200 or r[2]][:4],
             "pages_per_s_by_second": rates}
 
@@ -201,37 +166,26 @@ class PageCounter:
         (t0, n0), (t1, n1) = inside[0], inside[-1]
         return (n1 - n0) / (t1 - t0)
 
-    def rates(self, started: float, window_s: float = WINDOW_S) -> list[tuple[float, float]]:
-        """(seconds since `started`, pages/s over the `window_s` before): pages come back in
-        waves a page time apart, so a shorter window would show the waves, not the rate."""
+    def rates(self, started: float) -> list[tuple[float, float]]:
+        """(seconds since `started`, pages/s over the WINDOW_S before)."""
         out = []
         for index, (t1, b) in enumerate(self.samples):
-            earlier = [(t, n) for t, n in self.samples[:index] if t <= t1 - window_s]
+            earlier = [(t, n) for t, n in self.samples[:index] if t <= t1 - WINDOW_S]
             if earlier:
                 t0, a = earlier[-1]
                 out.append((round(t1 - started, 1), round((b - a) / (t1 - t0), 2)))
         return out
 
 
-def send_many(urls: list[str], payload, count: int) -> list:
-    with ThreadPoolExecutor(count) as pool:
-        return list(pool.map(lambda i: send(urls[i % len(urls)], payload), range(count)))
-
-
 # ---- routing cost ----------------------------------------------------------------------------
 def run_route(log_dir: Path, workers: int = 16, seconds: float = 10.0) -> dict[str, Any]:
     """One gateway process, 0-ms sim workers, a closed loop of small images: pages per
     CPU-second of the gateway process (what one gateway core can route)."""
-    fleet = Fleet(log_dir / "route", page_ms=0.0)
-    try:
-        fleet.add_workers(workers)
-        with fleet.gateways("list", 1, GATEWAY_PROCESSES="1", **NO_JOBS) as (gateway,):
-            url = local_fleet.url_of(gateway)
-            with ForeignLoad([gateway]) as sampler:
-                result = run_closed_loop(url, small_image_payloads(8), 32,
-                                         duration_s=seconds, warmup_s=1.0)
-    finally:
-        fleet.close()
+    with Fleet(log_dir / "route", 0.0, workers) as fleet, \
+            fleet.gateways("list", 1, GATEWAY_PROCESSES="1", **NO_JOBS) as (gateway,), \
+            ForeignLoad([gateway]) as sampler:
+        result = run_closed_loop(local_fleet.url_of(gateway), small_image_payloads(8), 32,
+                                 duration_s=seconds, warmup_s=1.0)
     pages = len(result.completions)
     return {"workers": workers, "concurrency": 32, "pages": pages,
             "failures": result.failure_count,
@@ -250,20 +204,15 @@ def run(settings: FleetSettings) -> dict[str, Any]:
     for mode, replicas, count in settings.shapes:
         by_replicas.setdefault((replicas, mode == "dns"), []).append((mode, count))
     for (replicas, dns_mode), runs in by_replicas.items():
-        fleet = Fleet(log_dir / f"n{replicas}{'-dns' if dns_mode else ''}",
-                      settings.page_ms(replicas), dns_mode=dns_mode)
-        try:
-            fleet.add_workers(replicas)
+        with Fleet(log_dir / f"n{replicas}{'-dns' if dns_mode else ''}",
+                   settings.page_ms(replicas), replicas, dns_mode=dns_mode) as fleet:
             engines += report.engine_info([local_fleet.url_of(fleet.workers[0])])
             for mode, count in runs:
                 if mode == "nginx" and nginx.find_nginx() is None:
-                    print("skipping nginx shapes: nginx is not installed", file=sys.stderr)
+                    report.say("skipping nginx shapes: nginx is not installed")
                     continue
                 shapes.append(run_shape(fleet, mode, replicas, count, settings))
-                print(f"fleet {mode} N={replicas} G={count}: {shapes[-1]}", file=sys.stderr,
-                      flush=True)
-        finally:
-            fleet.close()
+                report.say(f"fleet {mode} N={replicas} G={count}: {shapes[-1]}")
     result: dict[str, Any] = {"engine": report.engine_label(engines),
                               "capacity_pages_per_s": settings.capacity,
                               "documents": settings.docs, "pages": settings.pages,
@@ -279,10 +228,6 @@ def verdict(s: dict[str, Any]) -> str:
     ok = s["documents_ok"] == s["documents"] and s["images_ok"] == s["images"]
     return "PASS" if ok and (s["efficiency"] or 0) >= 0.95 and s["finish_spread"] <= 0.15 \
         and (s["image_p95_wait_s"] or 99) <= 2.0 else "FAIL"
-
-
-def table(result: dict[str, Any]) -> str:
-    return doc_tables.fleet_table(result)
 
 
 def measure() -> dict[str, Any]:
@@ -301,7 +246,7 @@ def wrong_answers(result: dict[str, Any]) -> int:
                for s in result["shapes"])
 
 
-plot = report.plot_fleet
+table, plot = doc_tables.fleet_table, report.plot_fleet
 
 if __name__ == "__main__":
     sys.exit(report.main(sys.modules[__name__]))

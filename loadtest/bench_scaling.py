@@ -1,20 +1,7 @@
-"""`make bench-scaling`: does the fleet scale? Fleets of N = 1, 2, 4, 8, 16 sim replicas
-(200 ms per page, one process and one engine thread each) behind one gateway on loopback.
-
-For each N: a closed loop of single-page requests (3 x N in flight, enough to keep every replica
-busy) runs through the gateway; after a warm-up, pages/s is measured from the completion times.
-Then, with the fleet idle, one 32-page PDF is sent alone (the gateway splits it across the
-replicas) and its latency is taken (median of a few tries). Every answer is checked; wrong ones
-are counted as failures, not pages.
-
-Writes bench/results/scaling.json in DESIGN.md section 5's shape (plus details) and
-bench/results/scaling.png, and prints a table with the goals: efficiency
-pps(N) / (N x pps(1)) >= 0.95 up to 8 replicas and >= 0.90 at 16; PDF latency
-<= 1.15 x (32/N) x 200 ms.
-
-Knobs (environment): BENCH_QUICK=1 (short windows), BENCH_REPLICAS ("1,2,4,8,16"),
-BENCH_SIM_PAGE_MS (200), BENCH_WARMUP_S, BENCH_MEASURE_S, BENCH_CONCURRENCY_PER_REPLICA (3),
-BENCH_PDF_PAGES (32), BENCH_PDF_REPEATS, RESULTS_DIR (bench/results)."""
+"""`make bench-scaling`: does the fleet scale? Sim fleets of N = 1..16 replicas behind one
+gateway: pages/s of a closed loop of single-page requests (3 x N in flight), then one 32-page
+PDF sent alone (docs/benchmarks.md; loadtest/README.md, "Scaling", for the columns and knobs).
+Writes scaling.json (DESIGN.md section 5's shape plus details) and scaling.png."""
 
 from __future__ import annotations
 
@@ -36,10 +23,6 @@ from loadtest.procstats import ForeignLoad, group_cpu
 FILE, PLOT = "scaling.json", "scaling.png"
 
 
-def _env_list(name: str, default: str) -> list[int]:
-    return [int(part) for part in (os.environ.get(name) or default).split(",") if part.strip()]
-
-
 @dataclass
 class ScalingSettings:
     replicas: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
@@ -49,20 +32,16 @@ class ScalingSettings:
     concurrency_per_replica: int = 3
     pdf_pages: int = 32
     pdf_repeats: int = 3
-    gateway_env: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_env(cls) -> "ScalingSettings":
-        quick, env = report.quick(), os.environ.get
-        return cls(
-            replicas=_env_list("BENCH_REPLICAS", "1,2,4,8,16"),
-            page_ms=float(env("BENCH_SIM_PAGE_MS") or 200),
-            warmup_s=float(env("BENCH_WARMUP_S") or (1.5 if quick else 3)),
-            measure_s=float(env("BENCH_MEASURE_S") or (5 if quick else 12)),
-            concurrency_per_replica=int(env("BENCH_CONCURRENCY_PER_REPLICA") or 3),
-            pdf_pages=int(env("BENCH_PDF_PAGES") or 32),
-            pdf_repeats=int(env("BENCH_PDF_REPEATS") or (1 if quick else 3)),
-        )
+        return report.from_env(cls, {
+            "replicas": ("BENCH_REPLICAS", report.int_list),
+            "page_ms": ("BENCH_SIM_PAGE_MS", float), "warmup_s": ("BENCH_WARMUP_S", float),
+            "measure_s": ("BENCH_MEASURE_S", float),
+            "concurrency_per_replica": ("BENCH_CONCURRENCY_PER_REPLICA", int),
+            "pdf_pages": ("BENCH_PDF_PAGES", int), "pdf_repeats": ("BENCH_PDF_REPEATS", int)},
+            warmup_s=1.5, measure_s=5, pdf_repeats=1)
 
 
 def measure_fleet(gateway, replicas: list, settings: ScalingSettings, payloads: list[Payload],
@@ -88,29 +67,23 @@ def measure_fleet(gateway, replicas: list, settings: ScalingSettings, payloads: 
             else:
                 pdf_failures.append(why)
     tries = max(1, settings.pdf_repeats)
-    pdf_gateway_cpu = (group_cpu([gateway]) - pdf_gateway_cpu) / tries
-    pdf_worker_cpu = (group_cpu(replicas) - pdf_worker_cpu) / tries
     return {
-        "replicas": len(replicas),
-        "concurrency": concurrency,
-        "pages_per_s": load.pages_per_s(),
-        "pages_in_window": len(load.in_window()),
-        "failures": load.failure_count,
-        "failure_kinds": dict(load.failures.most_common(5)),
+        "replicas": len(replicas), "concurrency": concurrency,
+        "pages_per_s": load.pages_per_s(), "pages_in_window": len(load.in_window()),
+        "failures": load.failure_count, "failure_kinds": dict(load.failures.most_common(5)),
         "latency_p50_s": statistics.median(latencies) if latencies else None,
         "latency_p95_s": latencies[int(0.95 * (len(latencies) - 1))] if latencies else None,
-        "client_cpu_per_s": load.client_cpu_fraction(),
+        "client_cpu_per_s": load.client_cpu_s / load.wall_s if load.wall_s else 0.0,
         "gateway_cpu_per_s": gateway_cpu / load.wall_s,
         "workers_cpu_per_s": worker_cpu / load.wall_s,
         "other_load_cores": round(foreign.cores, 2),
         "pdf_latency_s": statistics.median(pdf_times) if pdf_times else None,
-        "pdf_latency_tries_s": pdf_times,
-        "pdf_failures": pdf_failures,
+        "pdf_latency_tries_s": pdf_times, "pdf_failures": pdf_failures,
         # CPU seconds one PDF costs (gateway: parse, split, fan out, reassemble; workers:
-        # parse, render each page at OCR_PDF_DPI, encode). On a machine with fewer cores than
-        # replicas these run on shared cores and add to the PDF's latency.
-        "pdf_gateway_cpu_s": round(pdf_gateway_cpu, 4),
-        "pdf_workers_cpu_s": round(pdf_worker_cpu, 4),
+        # parse, render each page at OCR_PDF_DPI, encode): on fewer cores than replicas,
+        # shared cores that add to the PDF's latency.
+        "pdf_gateway_cpu_s": round((group_cpu([gateway]) - pdf_gateway_cpu) / tries, 4),
+        "pdf_workers_cpu_s": round((group_cpu(replicas) - pdf_worker_cpu) / tries, 4),
     }
 
 
@@ -118,61 +91,52 @@ def run(settings: ScalingSettings, log_dir: Path | None = None) -> dict[str, Any
     log_dir = log_dir or report.log_dir("scaling")
     payloads = small_image_payloads(8, seed=100)
     pdf = labelled_pdf_payload(settings.pdf_pages, seed=7)
-    page_s = settings.page_ms / 1000.0
+    page_s, pages = settings.page_ms / 1000.0, settings.pdf_pages
     fleets = []
     env = local_fleet.sim_worker_env(settings.page_ms)
     with local_fleet.workers(max(settings.replicas), env, log_dir, name="sim") as pool:
         engines = report.engine_info([local_fleet.url_of(w) for w in pool])
         for n in settings.replicas:
-            members = pool[:n]
-            with local_fleet.gateway([local_fleet.url_of(w) for w in members], log_dir,
-                                     settings.gateway_env) as gateway:
-                result = measure_fleet(gateway, members, settings, payloads, pdf)
-            print(f"  N={n:>2}: {result['pages_per_s']:.2f} pages/s, "
-                  f"PDF {result['pdf_latency_s'] or float('nan'):.2f} s, "
-                  f"failures {result['failures']}", file=sys.stderr, flush=True)
-            fleets.append(result)
+            with local_fleet.gateway([local_fleet.url_of(w) for w in pool[:n]],
+                                     log_dir) as gateway:
+                fleets.append(measure_fleet(gateway, pool[:n], settings, payloads, pdf))
+            report.say(f"  N={n:>2}: {fleets[-1]['pages_per_s']:.2f} pages/s, "
+                       f"PDF {fleets[-1]['pdf_latency_s'] or float('nan'):.2f} s, "
+                       f"failures {fleets[-1]['failures']}")
     replicas = [f["replicas"] for f in fleets]
     pps = [f["pages_per_s"] for f in fleets]
     eff = figures.efficiency(replicas, pps) if 1 in replicas else [None] * len(replicas)
     return {
-        "engine": report.engine_label(engines),
-        "service_ms": settings.page_ms,
-        "replicas": replicas,
-        "pages_per_s": [round(v, 3) for v in pps],
+        "engine": report.engine_label(engines), "service_ms": settings.page_ms,
+        "replicas": replicas, "pages_per_s": [round(v, 3) for v in pps],
         "efficiency": [round(v, 4) if v is not None else None for v in eff],
-        "pdf_pages": settings.pdf_pages,
+        "pdf_pages": pages,
         "pdf_latency_s": [round(f["pdf_latency_s"], 3) if f["pdf_latency_s"] else None
                           for f in fleets],
-        "pdf_latency_ideal_s": [figures.ideal_pdf_latency(settings.pdf_pages, n, page_s)
-                                for n in replicas],
-        "pdf_latency_goal_s": [round(figures.pdf_latency_goal(settings.pdf_pages, n, page_s), 3)
+        "pdf_latency_ideal_s": [figures.ideal_pdf_latency(pages, n, page_s) for n in replicas],
+        "pdf_latency_goal_s": [round(figures.pdf_latency_goal(pages, n, page_s), 3)
                                for n in replicas],
         "efficiency_goal": [figures.efficiency_goal(n) for n in replicas],
-        # The CPU one PDF costs (gateway + workers) spread over this machine's cores: time the
-        # fleet cannot avoid here, where all replicas share the same few cores (a real fleet
-        # gives each replica its own). ideal + this is what this machine can show.
+        # the CPU one PDF costs spread over this machine's cores: time the fleet cannot avoid
+        # where all replicas share a few cores (ideal + this is what this machine can show)
         "pdf_cpu_bound_s": [round((f["pdf_gateway_cpu_s"] + f["pdf_workers_cpu_s"])
                                   / (os.cpu_count() or 1), 3) for f in fleets],
         "settings": {"warmup_s": settings.warmup_s, "measure_s": settings.measure_s,
                      "concurrency_per_replica": settings.concurrency_per_replica,
                      "pdf_repeats": settings.pdf_repeats, "request": "single-page PNG image",
-                     "gateway_env": settings.gateway_env},
+                     "gateway_env": {}},
         "fleets": fleets,
         **report.stamp(engines),
     }
 
 
-def goals_met(scaling: dict[str, Any]) -> list[tuple[int, bool | None, bool | None]]:
-    """(N, efficiency goal met, PDF latency goal met) per fleet size; None where no goal."""
-    rows = []
-    for n, eff, eff_goal, latency, latency_goal in zip(
-            scaling["replicas"], scaling["efficiency"], scaling["efficiency_goal"],
-            scaling["pdf_latency_s"], scaling["pdf_latency_goal_s"]):
-        eff_ok = None if eff_goal is None or eff is None else eff >= eff_goal
-        latency_ok = None if latency is None else latency <= latency_goal
-        rows.append((n, eff_ok, latency_ok))
-    return rows
+def goals_met(scaling: dict[str, Any]) -> list[tuple[bool | None, bool | None]]:
+    """(efficiency goal met, PDF latency goal met) per fleet size; None where no goal."""
+    return [(None if goal is None or eff is None else eff >= goal,
+             None if latency is None else latency <= latency_goal)
+            for eff, goal, latency, latency_goal in zip(
+                scaling["efficiency"], scaling["efficiency_goal"], scaling["pdf_latency_s"],
+                scaling["pdf_latency_goal_s"])]
 
 
 def _num(value: float | None) -> str:
@@ -182,11 +146,8 @@ def _num(value: float | None) -> str:
 
 def scaling_table(scaling: dict[str, Any]) -> str:
     rows = []
-    verdicts = goals_met(scaling)
-    for i, n in enumerate(scaling["replicas"]):
-        fleet = scaling["fleets"][i]
-        _, eff_ok, lat_ok = verdicts[i]
-        goal = scaling["efficiency_goal"][i]
+    for i, (n, (eff_ok, lat_ok)) in enumerate(zip(scaling["replicas"], goals_met(scaling))):
+        fleet, goal = scaling["fleets"][i], scaling["efficiency_goal"][i]
         rows.append([n, f"{scaling['pages_per_s'][i]:.2f}", _num(scaling["efficiency"][i]),
                      f">= {goal:.2f} {figures.verdict(eff_ok)}" if goal else "-",
                      scaling["pdf_latency_s"][i], scaling["pdf_latency_ideal_s"][i],
@@ -204,9 +165,8 @@ def scaling_table(scaling: dict[str, Any]) -> str:
 
 def measure() -> dict[str, Any]:
     settings = ScalingSettings.from_env()
-    print(f"scaling benchmark: replicas {settings.replicas}, {settings.page_ms:g} ms/page, "
-          f"{settings.warmup_s:g} s warm-up + {settings.measure_s:g} s per fleet",
-          file=sys.stderr, flush=True)
+    report.say(f"scaling benchmark: replicas {settings.replicas}, {settings.page_ms:g} ms/page, "
+               f"{settings.warmup_s:g} s warm-up + {settings.measure_s:g} s per fleet")
     return run(settings)
 
 
@@ -217,9 +177,10 @@ def plot(scaling: dict[str, Any], path: Path) -> None:
 
 def rows(scaling: dict[str, Any]) -> list[list[Any]]:
     made = []
-    for (n, eff_ok, lat_ok), pps, eff, goal, latency, latency_goal in zip(
-            goals_met(scaling), scaling["pages_per_s"], scaling["efficiency"],
-            scaling["efficiency_goal"], scaling["pdf_latency_s"], scaling["pdf_latency_goal_s"]):
+    for (eff_ok, lat_ok), n, pps, eff, goal, latency, latency_goal in zip(
+            goals_met(scaling), scaling["replicas"], scaling["pages_per_s"],
+            scaling["efficiency"], scaling["efficiency_goal"], scaling["pdf_latency_s"],
+            scaling["pdf_latency_goal_s"]):
         made.append([f"scaling N={n}: pages/s, efficiency", f"{pps:.2f} pages/s, {_num(eff)}",
                      f">= {goal:.2f}" if goal else "(base)", figures.verdict(eff_ok)])
         made.append([f"scaling N={n}: {scaling['pdf_pages']}-page PDF alone",

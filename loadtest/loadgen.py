@@ -1,11 +1,12 @@
 """The benchmark harness's load: a closed loop (`concurrency` threads, each with its own
-keep-alive requests.Session, send prepared payloads back to back and check every answer with
-loadtest/checks.py) for a fixed time after a warm-up or a fixed number of requests, recording
-when each answer came back and its own CPU use; single checked requests (send); images on a
-fixed schedule alongside (images_every); and the rates and percentiles made of them."""
+keep-alive session, send prepared payloads back to back and check every answer) for a fixed
+time after a warm-up or a fixed number of requests; single checked requests (send); images on
+a fixed schedule (images_every) beside documents sent at once (documents_with_images); and the
+rates and percentiles made of them."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import threading
@@ -20,6 +21,7 @@ import requests
 from loadtest.checks import answer_problem
 from loadtest.figures import rate_from_completions, windowed_rate
 from loadtest.payloads import JSON_HEADERS, Payload, small_image_payloads
+from loadtest.procstats import ForeignLoad
 
 
 @dataclass
@@ -40,8 +42,8 @@ class LoadResult:
     wall_s: float = 0.0
 
     def in_window(self) -> list[Completion]:
-        """Right answers that came back inside the measurement window (whenever they were
-        sent: in a steady closed loop, counting by finish time is what measures the rate)."""
+        """Right answers that came back inside the measurement window (in a steady closed
+        loop, counting by finish time is what measures the rate)."""
         start, end = self.window
         return [c for c in self.completions if c.ok and start <= c.finished <= end]
 
@@ -53,23 +55,33 @@ class LoadResult:
     def failure_count(self) -> int:
         return sum(self.failures.values())
 
-    def pages_per_s(self, ramp: float | None = None) -> float:
-        """Pages per second of right answers in the window (figures.windowed_rate; `ramp`
-        defaults to a tenth of the window, at most 2 s)."""
+    def pages_per_s(self) -> float:
+        """Pages per second of right answers in the window (figures.windowed_rate, the ramp a
+        tenth of the window, at most 2 s)."""
         start, end = self.window
-        ramp = ramp or min(2.0, (end - start) / 10)
         done = self.in_window()
         return windowed_rate([c.finished for c in done], [c.pages for c in done], start, end,
-                             ramp)
+                             min(2.0, (end - start) / 10))
 
     def latencies(self) -> list[float]:
         start, end = self.window
         return sorted(c.finished - c.started for c in self.completions
                       if c.ok and c.started >= start and c.finished <= end)
 
-    def client_cpu_fraction(self) -> float:
-        """The generator's CPU seconds per wall second (1.0 = one core busy)."""
-        return self.client_cpu_s / self.wall_s if self.wall_s else 0.0
+
+def send(url: str, payload: Payload, timeout: float = 600,
+         session: requests.Session | None = None) -> tuple[int, float, str | None]:
+    """(status, seconds, problem or None) of one checked request to this /ocr URL."""
+    started = time.perf_counter()
+    try:
+        response = (session or requests).post(url, data=payload.body, headers=JSON_HEADERS,
+                                              timeout=timeout)
+    except requests.RequestException as exc:
+        return 0, time.perf_counter() - started, type(exc).__name__
+    seconds = time.perf_counter() - started
+    if response.status_code != 200:
+        return response.status_code, seconds, response.text[:160]
+    return 200, seconds, answer_problem(200, response.json, payload.expected)
 
 
 def post_checked(session: requests.Session, url: str, payload: Payload,
@@ -95,19 +107,15 @@ def run_closed_loop(urls: str | list[str], payloads: list[Payload], concurrency:
     if (duration_s is None) == (total_requests is None):
         raise ValueError("give exactly one of duration_s and total_requests")
     urls = [urls] if isinstance(urls, str) else list(urls)
-    result = LoadResult()
-    lock = threading.Lock()
-    stop = threading.Event()
-    claimed = itertools.count()
-    done_count = itertools.count(1)
+    result, lock, stop = LoadResult(), threading.Lock(), threading.Event()
+    claimed, done_count = itertools.count(), itertools.count(1)
 
     def loop(index: int) -> None:
         url = urls[index % len(urls)].rstrip("/") + "/ocr"
         with requests.Session() as session:
             for turn in itertools.count():
-                if stop.is_set():
-                    return
-                if total_requests is not None and next(claimed) >= total_requests:
+                if stop.is_set() or (total_requests is not None
+                                     and next(claimed) >= total_requests):
                     return
                 payload = payloads[(index + turn * concurrency) % len(payloads)]
                 started = time.perf_counter()
@@ -151,20 +159,15 @@ def per_worker_rate(load: LoadResult) -> float:
     return sum(rate_from_completions(t) for t in times.values())
 
 
-def send(url: str, payload: Payload, timeout: float = 600) -> tuple[int, float, str | None]:
-    """(status, seconds, problem or None) of one checked request to this /ocr URL."""
-    started = time.perf_counter()
-    with requests.Session() as session:
-        try:
-            response = session.post(url, data=payload.body, headers=JSON_HEADERS,
-                                    timeout=timeout)
-        except requests.RequestException as exc:
-            return 0, time.perf_counter() - started, type(exc).__name__
-        seconds = time.perf_counter() - started
-        if response.status_code != 200:
-            return response.status_code, seconds, response.text[:160]
-        return 200, seconds, answer_problem(response.status_code, response.json,
-                                            payload.expected)
+def capacity(workers: list, urls: list[str], payloads: list[Payload], per_worker: int,
+             timeout: float = 300) -> tuple[LoadResult, LoadResult, ForeignLoad]:
+    """Workers fed directly: one untimed request each, then `per_worker` each with 2 in
+    flight per worker (rate: per_worker_rate); the warm-up, the run and its CPU sampler."""
+    warm = run_closed_loop(urls, payloads, len(urls), total_requests=len(urls), timeout=timeout)
+    with ForeignLoad(workers) as foreign:
+        load = run_closed_loop(urls, payloads, 2 * len(urls),
+                               total_requests=per_worker * len(urls), timeout=timeout)
+    return warm, load, foreign
 
 
 def images_every(url: str, every_s: float, stop: threading.Event) -> list[tuple[float, bool]]:
@@ -182,13 +185,44 @@ def images_every(url: str, every_s: float, stop: threading.Event) -> list[tuple[
 
     with ThreadPoolExecutor(32) as pool:
         next_at = time.perf_counter()
-        turn = 0
-        while not stop.is_set():
+        for turn in itertools.count():
+            if stop.is_set():
+                break
             pool.submit(one, images[turn % len(images)])
-            turn += 1
             next_at += every_s
             stop.wait(max(0.0, next_at - time.perf_counter()))
     return results
+
+
+def documents_with_images(urls: list[str], pdf: Payload, count: int, every_s: float,
+                          watch: Callable | None = None, meter=None):
+    """`count` copies of `pdf` sent at once (round-robin over these /ocr URLs) while each URL
+    gets a single image every `every_s`, all inside `meter` (a context manager) after one
+    warm-up image each; watch(urls, stop) runs alongside. Returns per document (status,
+    seconds, problem, finished since the start), the images' (latency, right), the makespan
+    and the start (perf_counter)."""
+    for url in urls:
+        send(url, small_image_payloads(1)[0])  # warm connections
+    stop = threading.Event()
+    with meter or contextlib.nullcontext(), ThreadPoolExecutor(len(urls) + 1) as side:
+        images = [side.submit(images_every, url, every_s, stop) for url in urls]
+        if watch:
+            side.submit(watch, urls, stop)
+        started = time.perf_counter()
+        with ThreadPoolExecutor(count) as pool:
+            docs = list(pool.map(lambda i: (*send(urls[i % len(urls)], pdf),
+                                            time.perf_counter() - started), range(count)))
+        makespan = time.perf_counter() - started
+        stop.set()
+        image_results = [r for future in images for r in future.result()]
+    return docs, image_results, makespan, started
+
+
+def at_once(call: Callable, items) -> list:
+    """call(item) for every item, all at the same time (a thread each)."""
+    items = list(items)
+    with ThreadPoolExecutor(max(1, len(items))) as pool:
+        return list(pool.map(call, items))
 
 
 def p95(values: list[float]) -> float | None:

@@ -1,7 +1,6 @@
 """What a process costs, read from Linux's /proc: resident memory (VmRSS, its peak VmHWM), CPU
-seconds, the processes of a gunicorn service (the master and its forked worker children, where
-the model and the memory live), and two samplers for a block of a benchmark: ForeignLoad (CPU:
-ours, the machine's, everyone else's) and PeakRss (a process group's summed RSS)."""
+seconds, a gunicorn service's processes, and two samplers for a block of a benchmark:
+ForeignLoad (CPU: ours, the machine's, everyone else's) and PeakRss (a group's summed RSS)."""
 
 from __future__ import annotations
 
@@ -51,12 +50,11 @@ def children(pid: int) -> list[int]:
     """Direct children of pid."""
     found = []
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if int(_stat_fields(int(entry.name))[1]) == pid:
-                    found.append(int(entry.name))
-            except (OSError, ValueError, IndexError):
-                continue
+        try:
+            if entry.name.isdigit() and int(_stat_fields(int(entry.name))[1]) == pid:
+                found.append(int(entry.name))
+        except (OSError, ValueError, IndexError):
+            continue
     return sorted(found)
 
 
@@ -162,12 +160,11 @@ class PeakRss:
         self.peak = max(self.peak, self.now())
 
 
-def wait_idle(pid: int, timeout: float = 10.0, quiet_reads: int = 3) -> bool:
+def wait_idle(pid: int, timeout: float = 10.0) -> bool:
     """Wait until none of the process's threads is running (R) or in uninterruptible sleep
-    (D) for `quiet_reads` reads in a row: e.g. a worker that answered and then trims its heap
-    on another thread. False if it stays busy past the timeout."""
-    deadline = time.monotonic() + timeout
-    quiet = 0
+    (D) for 3 reads in a row (e.g. a worker that answered and then trims its heap on another
+    thread). False if it stays busy past the timeout."""
+    deadline, quiet = time.monotonic() + timeout, 0
     while time.monotonic() < deadline:
         states = []
         for task in Path(f"/proc/{pid}/task").iterdir():
@@ -175,8 +172,8 @@ def wait_idle(pid: int, timeout: float = 10.0, quiet_reads: int = 3) -> bool:
                 states.append(_stat_fields(task / "stat")[0])
             except (OSError, IndexError):
                 continue
-        quiet = quiet + 1 if not any(state in ("R", "D") for state in states) else 0
-        if quiet >= quiet_reads:
+        quiet = 0 if any(state in ("R", "D") for state in states) else quiet + 1
+        if quiet >= 3:
             return True
         time.sleep(0.02)
     return False

@@ -1,11 +1,10 @@
 """The benchmark harness's reports: where and how a result was produced (stamp()), the engine
-the workers say they run (engine_info()), plain-text tables, JSON files under bench/results/,
-the plots (matplotlib, PNG), and main(), which runs one benchmark module as `python -m`.
+the workers say they run (engine_info()), BENCH_* knobs, plain-text tables, JSON files under
+bench/results/, the plots (matplotlib, PNG), and main(), which runs one benchmark module.
 
-A benchmark module defines FILE (its JSON name), measure() (reads its BENCH_* knobs, returns the
-result with report.stamp() in it) and rows(result) (the summary table's rows: benchmark,
-measured, goal, verdict); optionally wrong_answers(result), table(result) (its own printout)
-and plot(result, path) with PLOT (the PNG's name)."""
+A benchmark module defines FILE (its JSON name), measure() (reads its knobs, returns the result
+with stamp() in it) and rows(result) (the summary's rows: benchmark, measured, goal, verdict);
+optionally wrong_answers(result), table(result) and plot(result, path) with PLOT (PNG name)."""
 
 from __future__ import annotations
 
@@ -17,7 +16,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import requests
 
@@ -25,6 +24,11 @@ from loadtest import figures
 from scripts.fleet import REPO_ROOT
 
 HEADERS = ["benchmark", "measured", "goal", "verdict"]
+
+
+def say(message: str) -> None:
+    """Progress, on stderr (stdout holds the tables)."""
+    print(message, file=sys.stderr, flush=True)
 
 
 def quick() -> bool:
@@ -35,6 +39,19 @@ def knob(name: str, default: float, quick_default: float | None = None) -> int:
     """An integer BENCH_* knob: the environment's value, else the (quick) default."""
     fallback = quick_default if quick_default is not None and quick() else default
     return int(os.environ.get(name) or fallback)
+
+
+def from_env(cls, knobs: dict[str, tuple[str, Callable[[str], Any]]], **quick_values):
+    """A settings dataclass: its defaults (`quick_values` with BENCH_QUICK), then each knob
+    set in the environment (field -> (variable, parser))."""
+    values = dict(quick_values) if quick() else {}
+    values.update({name: parse(os.environ[variable]) for name, (variable, parse)
+                   in knobs.items() if os.environ.get(variable)})
+    return cls(**values)
+
+
+def int_list(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part.strip()]
 
 
 def results_dir() -> Path:
@@ -49,8 +66,7 @@ def log_dir(name: str) -> Path:
 
 # ---- provenance ------------------------------------------------------------------------------
 def machine() -> dict[str, Any]:
-    """CPU model, cores, and whether the CPU computes in bf16 (what `OCR_BACKEND=auto` picks
-    OpenVINO bf16 on): the /proc/cpuinfo flags avx512_bf16 / amx_bf16."""
+    """CPU model, cores, and whether the CPU computes in bf16 (avx512_bf16 / amx_bf16)."""
     model, flags = "", set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -77,15 +93,13 @@ def commit() -> str:
 
 
 def command() -> str:
-    """How this run was started, as anyone would type it in a checkout: a module of the
-    project as `python -m`, the knobs set in the environment (BENCH_*) in front."""
+    """How this run was started, as typed in a checkout: `python -m` the module, the BENCH_*
+    knobs in front."""
     program = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
-    words = list(sys.argv[1:])
+    words = ["python", *sys.argv]
     if program and program.suffix == ".py" and REPO_ROOT in program.parents:
         module = ".".join(program.relative_to(REPO_ROOT).with_suffix("").parts)
-        words = ["python", "-m", module, *words]
-    else:
-        words = ["python", *sys.argv]
+        words = ["python", "-m", module, *sys.argv[1:]]
     knobs = [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("BENCH_")]
     return " ".join(knobs + words)
 
@@ -118,18 +132,13 @@ class _Load:
 
 
 LOAD = _Load()
-LOAD.begin()  # from import on; main() and bench_all start it afresh for each benchmark
-
-
-def begin() -> None:
-    """A benchmark starts: the load figures in its stamp() count from here."""
-    LOAD.begin()
+begin = LOAD.begin  # a benchmark starts: the load figures in its stamp() count from here
+begin()
 
 
 def engine_info(urls: Sequence[str]) -> list[dict[str, str]]:
-    """The engines these running workers report (their /readyz `engine`: engine, backend as
-    resolved, precision, device, models, threads), each distinct one once. Where /readyz does
-    not say, the `ocr_worker_engine_info{...}` labels of /metrics."""
+    """The engines these running workers report on /readyz (else in the labels of /metrics'
+    `ocr_worker_engine_info`), each distinct one once."""
     found: list[dict[str, str]] = []
     for url in urls:
         info: dict[str, str] = {}
@@ -137,9 +146,7 @@ def engine_info(urls: Sequence[str]) -> list[dict[str, str]]:
             info = requests.get(f"{url}/readyz", timeout=10).json().get("engine") or {}
         except (requests.RequestException, ValueError, AttributeError):
             pass
-        if not info:
-            info = _metrics_engine_info(url)
-        found.append(info)
+        found.append(info or _metrics_engine_info(url))
     return distinct([info for info in found if info])
 
 
@@ -177,9 +184,8 @@ def distinct(items: list) -> list:
 
 
 def stamp(engines: list[dict[str, str]] | None = None) -> dict[str, Any]:
-    """Where and how a result was produced, stored next to the figures: when, the exact
-    command, the commit, the machine, its load meanwhile, and the engines the workers
-    reported (where the benchmark ran workers; each distinct one once)."""
+    """Where and how a result was produced: when, the exact command, the commit, the machine,
+    its load meanwhile, and the engines the workers reported (where it ran workers)."""
     made = {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": command(),
             "commit": commit(), "machine": machine(), "load": LOAD.summary()}
     if engines is not None:
@@ -230,7 +236,7 @@ def run(bench) -> tuple[dict[str, Any], list[list[Any]]]:
     path = write_json(bench.FILE, result)
     if hasattr(bench, "plot"):
         bench.plot(result, results_dir() / bench.PLOT)
-    print(f"wrote {path}", file=sys.stderr, flush=True)
+    say(f"wrote {path}")
     return result, bench.rows(result)
 
 
@@ -242,44 +248,64 @@ def main(bench) -> int:
 
 
 # ---- plots ---------------------------------------------------------------------------------
-def plot_scaling(scaling: dict[str, Any], path: Path) -> Path:
-    """Three panels against the number of replicas N, each with its ideal line and goal:
-    pages/s, efficiency, and the latency of one long PDF sent alone."""
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    _pyplot().close(fig)
+    return path
+
+
+def _ticks(axis, which: str, values: list[float]) -> None:
+    """Log scale (base 2 on x) with a tick at each of `values`, labelled as plain numbers."""
     from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
+    side = axis.xaxis if which == "x" else axis.yaxis
+    (axis.set_xscale("log", base=2) if which == "x" else axis.set_yscale("log"))
+    side.set_major_locator(FixedLocator(values))
+    side.set_minor_locator(NullLocator())
+    side.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+
+
+def _labels(axis, xs, values, text: str, color: str, offset=(-10, 7)) -> None:
+    for x, value in zip(xs, values):
+        axis.annotate(text.format(value), (x, value), textcoords="offset points",
+                      xytext=offset, fontsize=8, color=color)
+
+
+def plot_scaling(scaling: dict[str, Any], path: Path) -> Path:
+    """Three panels against the number of replicas N, each with its ideal line and goal:
+    pages/s, efficiency, and the latency of one long PDF sent alone."""
     replicas = scaling["replicas"]
     page_s = scaling["service_ms"] / 1000.0
     pps, eff = scaling["pages_per_s"], scaling["efficiency"]
     base = pps[replicas.index(1)]
     latency, pages = scaling["pdf_latency_s"], scaling["pdf_pages"]
-
-    fig, (ax_pps, ax_eff, ax_lat) = plt.subplots(1, 3, figsize=(15, 4.6))
+    fig, (ax_pps, ax_eff, ax_lat) = _pyplot().subplots(1, 3, figsize=(15, 4.6))
     fig.suptitle(f"ocrfleet scaling: {scaling['engine']} engine, {scaling['service_ms']:g} ms "
                  f"per page, one gateway, N replicas on loopback", fontsize=11)
 
     ax_pps.plot(replicas, [n * base for n in replicas], "--", color="grey",
                 label="ideal: N x pages/s(1)")
     ax_pps.plot(replicas, pps, "o-", color="tab:blue", label="measured")
-    for n, value in zip(replicas, pps):
-        ax_pps.annotate(f"{value:.1f}", (n, value), textcoords="offset points", xytext=(-10, 7),
-                        fontsize=8, color="tab:blue")
+    _labels(ax_pps, replicas, pps, "{:.1f}", "tab:blue")
     ax_pps.set_title("Throughput (single-page requests)", fontsize=10)
-    ax_pps.set_ylabel("pages/s through the gateway")
 
     goal_n = [n for n in replicas if figures.efficiency_goal(n)]
+    goals = [figures.efficiency_goal(n) for n in goal_n]
     ax_eff.axhline(1.0, linestyle="--", color="grey", label="ideal: 1.0")
-    ax_eff.step(goal_n, [figures.efficiency_goal(n) for n in goal_n], where="pre",
-                color="tab:red", linestyle=":")
-    ax_eff.plot(goal_n, [figures.efficiency_goal(n) for n in goal_n], "v", color="tab:red",
-                label="goal (at least)")
+    ax_eff.step(goal_n, goals, where="pre", color="tab:red", linestyle=":")
+    ax_eff.plot(goal_n, goals, "v", color="tab:red", label="goal (at least)")
     ax_eff.plot(replicas, eff, "s-", color="tab:orange", label="measured")
-    for n, value in zip(replicas, eff):
-        ax_eff.annotate(f"{value:.3f}", (n, value), textcoords="offset points", xytext=(-12, 7),
-                        fontsize=8, color="tab:orange")
+    _labels(ax_eff, replicas, eff, "{:.3f}", "tab:orange", (-12, 7))
     ax_eff.set_ylim(min(0.8, min(eff) - 0.03), 1.05)
     ax_eff.set_title("Efficiency = pages/s(N) / (N x pages/s(1))", fontsize=10)
     ax_eff.set_ylabel("efficiency")
@@ -294,48 +320,29 @@ def plot_scaling(scaling: dict[str, Any], path: Path) -> Path:
         ax_lat.annotate(f"{value:.2f} s", (n, value), textcoords="offset points",
                         xytext=(-6, 8) if last else (6, 4), ha="right" if last else "left",
                         fontsize=8, color="tab:green")
-    ax_lat.set_yscale("log")
-    ticks = [t for t in (0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 12.8, 25.6)
-             if min(ideal) / 2 <= t <= max(max(latency), max(goal)) * 2]
-    ax_lat.yaxis.set_major_locator(FixedLocator(ticks))
-    ax_lat.yaxis.set_minor_locator(NullLocator())
-    ax_lat.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    _ticks(ax_lat, "y", [t for t in (0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 6.4, 12.8, 25.6)
+                         if min(ideal) / 2 <= t <= max(max(latency), max(goal)) * 2])
     ax_lat.set_title(f"Latency of one {pages}-page PDF sent alone (log scale)", fontsize=10)
     ax_lat.set_ylabel("seconds")
 
     for axis in (ax_pps, ax_eff, ax_lat):
-        axis.set_xscale("log", base=2)
-        axis.xaxis.set_major_locator(FixedLocator(replicas))
-        axis.xaxis.set_minor_locator(NullLocator())
-        axis.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        _ticks(axis, "x", replicas)
         axis.set_xlabel("replicas N (log scale)")
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8, loc="best")
-    ax_pps.set_yscale("log")
-    ax_pps.yaxis.set_major_locator(FixedLocator([round(n * base, 0 if n * base >= 10 else 1)
-                                                 for n in replicas]))
-    ax_pps.yaxis.set_minor_locator(NullLocator())
-    ax_pps.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    _ticks(ax_pps, "y", [round(n * base, 0 if n * base >= 10 else 1) for n in replicas])
     ax_pps.set_ylabel("pages/s through the gateway (log scale)")
     ax_pps.set_ylim(min(pps) / 1.3, max(max(pps), replicas[-1] * base) * 1.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def plot_fleet(fleet: dict[str, Any], path: Path) -> Path:
     """`make bench-fleet`: per shape, efficiency, the images' p95 wait and the finish spread
     against their goals; and pages/s over time while the fleet grows 16 -> 64 and shrinks."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     shapes = fleet["shapes"]
     names = [f"{s['mode']}\nN={s['replicas']} G={s['gateways']}" for s in shapes]
     growth = fleet.get("growth") or []
-    fig, axes = plt.subplots(1, 4 if growth else 3, figsize=(20 if growth else 15, 4.8))
+    fig, axes = _pyplot().subplots(1, 4 if growth else 3, figsize=(20 if growth else 15, 4.8))
     fig.suptitle(f"ocrfleet at scale: sim engine, fleet capacity {fleet['capacity_pages_per_s']:g}"
                  f" pages/s, {fleet['documents']} x {fleet['pages']}-page PDFs + an image every "
                  f"{fleet['image_every_s']:g} s per gateway", fontsize=11)
@@ -354,23 +361,18 @@ def plot_fleet(fleet: dict[str, Any], path: Path) -> Path:
         axis.grid(alpha=0.3, axis="y")
         axis.legend(fontsize=8)
     if growth:
-        axis = axes[3]
-        for run in growth:
-            times = [t for t, _ in run["pages_per_s_by_second"]]
-            rates = [r for _, r in run["pages_per_s_by_second"]]
-            axis.plot(times, rates, label=f"{run['mode']}")
-        run = growth[0]
-        per_replica = 1000.0 / run["page_ms"]
+        axis, run = axes[3], growth[0]
+        for each in growth:
+            series = each["pages_per_s_by_second"]
+            axis.plot([t for t, _ in series], [r for _, r in series], label=each["mode"])
         axis.axvline(run["new_replicas_ready_at_s"], color="grey", linestyle="--",
                      label="16 -> 64 ready")
         axis.axvline(run["shrunk_at_s"], color="grey", linestyle=":", label="64 -> 32")
         for n in (16, 64, 32):
-            axis.axhline(n * per_replica, color="tab:red", linestyle=":", linewidth=0.8)
+            axis.axhline(n * 1000.0 / run["page_ms"], color="tab:red", linestyle=":",
+                         linewidth=0.8)
         axis.set_title("growth mid-load: pages/s over 4 s", fontsize=10)
         axis.set_xlabel("seconds")
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
