@@ -1,17 +1,7 @@
-"""The `ocrfleet batch` client on a folder of documents through a gateway in front of 2
-real-engine workers (their default engine, 1 thread each), compared with what those
-workers can do: their capacity, measured on the same pages sent one page per request straight
-to the workers (2 in flight each; each worker's first-to-last completion rate, summed, as
-bench_engine does), before and after the batch (the mean is the reference). Goal: the batch
-reaches >= 0.95 of capacity (issue 11).
-
-The folder: BENCH_BATCH_PAGES pages (200; BENCH_QUICK 60) as born-digital Letter PDFs of
-BENCH_BATCH_DOC_PAGES pages (10), each page a "Page i of N" heading and 12 lines of words.
-The client runs as users run it (`python -m ocrfleet.cli batch`, --format json, concurrency
-BENCH_BATCH_CONCURRENCY, default 4); its report gives pages and seconds (first request to
-last answer), and every JSON it wrote is checked: right page count, each page naming itself.
-
-Run alone: python -m loadtest.bench_batch"""
+"""The `ocrfleet batch` client on a folder of born-digital PDFs through a gateway in front of 2
+real-engine workers, against those workers' capacity on the same pages sent straight to them,
+before and after (loadtest/README.md, "Batch client"). Goal: >= 0.95 of capacity (issue 11).
+Every JSON the client wrote is checked. Writes batch_client.json."""
 
 from __future__ import annotations
 
@@ -26,7 +16,7 @@ from typing import Any
 from gateway.split import PdfCutter
 from loadtest import figures, local_fleet, procstats, report
 from loadtest.checks import page_texts
-from loadtest.loadgen import per_worker_rate, run_closed_loop
+from loadtest.loadgen import capacity, per_worker_rate
 from loadtest.payloads import make_payload
 from samples import documents
 from scripts.fleet import REPO_ROOT
@@ -59,14 +49,11 @@ def single_pages(docs: list[bytes], counts: list[int], most: int = 10) -> list[b
     return pages[:most]
 
 
-def capacity(workers: list, pages: list[bytes], per_worker: int) -> dict[str, Any]:
+def worker_capacity(workers: list, pages: list[bytes], per_worker: int) -> dict[str, Any]:
     """Pages/s of the workers fed these single pages directly."""
-    worker_urls = [local_fleet.url_of(w) for w in workers]
     payloads = [make_payload(f"page-{i}", page, "pdf", 1) for i, page in enumerate(pages)]
-    run_closed_loop(worker_urls, payloads, len(worker_urls), total_requests=len(worker_urls))
-    with procstats.ForeignLoad(workers) as foreign:
-        load = run_closed_loop(worker_urls, payloads, 2 * len(worker_urls),
-                               total_requests=per_worker * len(worker_urls), timeout=300)
+    _, load, foreign = capacity(workers, [local_fleet.url_of(w) for w in workers], payloads,
+                                per_worker)
     return {"pages_per_s": per_worker_rate(load), "pages": load.ok_count,
             "failures": load.failure_count, "other_load_cores": round(foreign.cores, 2)}
 
@@ -96,7 +83,7 @@ def batch(fleet: list, source: Path, target: Path, concurrency: int) -> dict[str
         out = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True,
                              timeout=1800)
     client_cpu = procstats.self_cpu() - client_before
-    print("  " + out.stdout.strip().replace("\n", "\n  "), file=sys.stderr, flush=True)
+    report.say("  " + out.stdout.strip().replace("\n", "\n  "))
     result = json.loads((target / "ocrfleet-report.json").read_text())
     return {**result, "exit_code": out.returncode, "other_load_cores": round(foreign.cores, 2),
             "gateway_cpu_s": round(gateway_cpu.cpu_s, 2), "client_cpu_s": round(client_cpu, 2)}
@@ -117,13 +104,11 @@ def run(pages: int, doc_pages: int, concurrency: int, log_dir: Path,
             urls = [local_fleet.url_of(w) for w in pool]
             engines = report.engine_info(urls)
             with local_fleet.gateway(urls, log_dir, {"GATEWAY_PROCESSES": "1"}) as gateway:
-                before = capacity(pool, probe, per_worker)
-                print(f"  capacity before: {before['pages_per_s']:.3f} pages/s",
-                      file=sys.stderr, flush=True)
+                before = worker_capacity(pool, probe, per_worker)
+                report.say(f"  capacity before: {before['pages_per_s']:.3f} pages/s")
                 result = batch([*pool, gateway], source, target, concurrency)
-                after = capacity(pool, probe, per_worker)
-                print(f"  capacity after: {after['pages_per_s']:.3f} pages/s",
-                      file=sys.stderr, flush=True)
+                after = worker_capacity(pool, probe, per_worker)
+                report.say(f"  capacity after: {after['pages_per_s']:.3f} pages/s")
         wrong = check_outputs(target, counts, env.get("OCR_ENGINE") != "sim")
     reference = (before["pages_per_s"] + after["pages_per_s"]) / 2
     rate = result["pages_per_s"] or 0.0

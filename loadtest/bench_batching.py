@@ -1,9 +1,7 @@
 """Does batching pages from concurrent requests help on this machine? One real-engine worker
-(1 thread) with OCR_MAX_BATCH=4, OCR_BATCH_WAIT_MS=5 vs OCR_MAX_BATCH=1, 4 clients in flight
-sending small text images; pages/s and median latency of each. No goal: the figure decides the
-default (OCR_MAX_BATCH=1 unless batching wins).
-
-Knob: BENCH_BATCH_REQUESTS (300 per setting)."""
+(1 thread) with OCR_MAX_BATCH=4, OCR_BATCH_WAIT_MS=5 vs OCR_MAX_BATCH=1, 4 clients sending
+small text images: pages/s and median latency of each. No goal: the figure decides the default.
+Writes batching.json; knob BENCH_BATCH_REQUESTS (per setting)."""
 
 from __future__ import annotations
 
@@ -17,31 +15,29 @@ from loadtest.loadgen import run_closed_loop
 from loadtest.payloads import small_image_payloads
 
 FILE = "batching.json"
-
+CLIENTS = 4
 SETTINGS = {"batch 1": {"OCR_MAX_BATCH": "1", "OCR_BATCH_WAIT_MS": "0"},
             "batch 4, wait 5 ms": {"OCR_MAX_BATCH": "4", "OCR_BATCH_WAIT_MS": "5"}}
 
 
-def run(requests_total: int, log_dir: Path, clients: int = 4,
-        base_env: dict[str, str] | None = None) -> dict[str, Any]:
+def run(requests_total: int, log_dir: Path) -> dict[str, Any]:
     payloads = small_image_payloads(16, seed=500)
     results, engines = {}, []
     for name, extra in SETTINGS.items():
-        env = {**(base_env or local_fleet.real_worker_env(1)), **extra}
+        env = {**local_fleet.real_worker_env(1), **extra}
         with local_fleet.workers(1, env, log_dir, name=name.split(",")[0].replace(" ", "")) \
                 as (worker,):
             url = local_fleet.url_of(worker)
             engines += report.engine_info([url])
-            run_closed_loop(url, payloads, clients, total_requests=2 * clients)  # warm-up
-            load = run_closed_loop(url, payloads, clients, total_requests=requests_total)
-        times = [c.finished for c in load.completions if c.ok]
-        latencies = [c.finished - c.started for c in load.completions if c.ok]
+            run_closed_loop(url, payloads, CLIENTS, total_requests=2 * CLIENTS)  # warm-up
+            load = run_closed_loop(url, payloads, CLIENTS, total_requests=requests_total)
+        done = [c for c in load.completions if c.ok]
         results[name] = {"env": extra, "answered": load.ok_count,
                          "failures": load.failure_count,
-                         "pages_per_s": figures.rate_from_completions(times),
-                         "latency_p50_s": statistics.median(latencies)}
+                         "pages_per_s": figures.rate_from_completions([c.finished for c in done]),
+                         "latency_p50_s": statistics.median(c.finished - c.started for c in done)}
     first, second = results.values()
-    return {"engine": report.engine_label(engines), "clients": clients,
+    return {"engine": report.engine_label(engines), "clients": CLIENTS,
             "document": "small text images", "settings": results,
             "speedup": second["pages_per_s"] / first["pages_per_s"], **report.stamp(engines)}
 

@@ -1,21 +1,7 @@
-"""The page cache, measured (docs/cache.md), on the sim engine (a fixed service time per page:
-the fleet's mechanics) and on the real one (PP-OCR through the default backend: what a user
-saves), each as BENCH_CACHE_WORKERS (2) workers behind one gateway process with the cache on
-(its SQLite store):
-
-1. a 40-page PDF built from 4 distinct pages: read with `Cache-Control: no-store` (every page
-   read), then cold (empty cache: 4 pages read, 36 wait for their twin in flight) and warm
-   (every page from the cache);
-2. a BENCH_CACHE_BATCH (200)-page PDF of distinct pages, read, then read again (a batch
-   re-run);
-3. the cost of a miss, in this process, per page: cutting aside, the page's digest (its PDF
-   object graph) plus the store's round trips of a miss (get, claim, put, release), on the
-   SQLite store and on Redis, as a share of a page's engine time (the sim's, and the real
-   engine's as its workers measured it: render plus inference per page).
-
-Writes cache.json (docs/figures/ holds the committed run; `python -m loadtest.doc_tables`
-makes docs/cache.md's tables from it). BENCH_CACHE_ENGINES ("sim,real") picks the engines;
-BENCH_QUICK=1 makes the batch 40 pages."""
+"""The page cache, measured (docs/cache.md) on the sim and the real engine, each as workers
+behind one gateway process with the cache on: a 40-page PDF of 4 distinct pages uncached, cold
+and warm; a batch read and re-read; and the cost of a miss per page on the SQLite and Redis
+stores. Writes cache.json; knobs in loadtest/README.md."""
 
 from __future__ import annotations
 

@@ -1,34 +1,21 @@
-"""Real-engine benchmarks on this machine (the workers' default engine, as they report it),
-dense A4 pages at 150 DPI sent as PNG straight to the workers' HTTP API:
-
-- engine scaling: pages/s of 1 worker x 1 thread vs 2 workers x 1 thread (goal >= 1.8x on
-  2 cores);
-- serving overhead: pages/s through one worker's HTTP API vs the same engine called in-process
-  (loadtest/inprocess_engine.py: same images, same thread count; goal >= 0.97).
-
-Each worker gets 2 requests in flight (one being inferred, the next decoded and queued) after
-one untimed warm-up page. A worker's rate is taken from its completion times (first to last),
-which leaves out the pipeline filling up; a fleet's rate is the sum over its workers. Each
-run records how many cores other processes used meanwhile (this machine is shared); a run they
-loaded by more than 0.15 cores is measured again (BENCH_QUIET_TRIES, default 2 tries) and the
-least disturbed one is kept.
-
-The runs are interleaved in rounds (see run()) and two in-process engines at once give the
-machine's own 2-core scaling for reference.
-
-Knobs: BENCH_DENSE_PAGES (8 per worker), BENCH_QUIET_TRIES (2), BENCH_ENGINE_ROUNDS (2)."""
+"""Real-engine benchmarks (the workers' default engine), dense A4 pages at 150 DPI sent as PNG
+straight to the workers: engine scaling (1 vs 2 workers x 1 thread, goal >= 1.8x on 2 cores)
+and serving overhead (one worker's HTTP rate vs the engine in-process, inprocess_engine.py; goal
+>= 0.97), in interleaved rounds, a disturbed run measured again (loadtest/README.md, "Real
+engine", for the method and knobs). Writes engine.json."""
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Callable
 
 from loadtest import figures, local_fleet, report
-from loadtest.loadgen import per_worker_rate, run_closed_loop
+from loadtest.loadgen import capacity, per_worker_rate
 from loadtest.payloads import dense_page_payloads
 from loadtest.procstats import ForeignLoad
 from scripts.fleet import REPO_ROOT
@@ -36,27 +23,21 @@ from scripts.fleet import REPO_ROOT
 FILE = "engine.json"
 
 
-def http_rate(workers: list, pages_per_worker: int, in_flight: int = 2) -> dict[str, Any]:
+def http_rate(workers: list, pages_per_worker: int) -> dict[str, Any]:
     """Pages/s of these worker processes, each sent dense pages directly."""
     urls = [local_fleet.url_of(w) for w in workers]
-    payloads = dense_page_payloads(2)
-    warm = run_closed_loop(urls, payloads, len(urls), total_requests=len(urls), timeout=300)
-    with ForeignLoad(workers) as foreign:
-        load = run_closed_loop(urls, payloads, in_flight * len(urls),
-                               total_requests=pages_per_worker * len(urls), timeout=300)
+    warm, load, foreign = capacity(workers, urls, dense_page_payloads(2), pages_per_worker)
     return {"workers": len(urls), "pages": load.ok_count, "pages_per_s": per_worker_rate(load),
             "failures": load.failure_count + warm.failure_count,
             "failure_kinds": dict(load.failures.most_common(3)),
             "other_load_cores": round(foreign.cores, 2)}
 
 
-def inprocess(pages: int, threads: int = 1, engines: int = 1) -> dict[str, Any]:
-    """`engines` in-process engines at once (loadtest/inprocess_engine.py, each in a fresh
-    process), summed; two at once, one per core, are what this machine gives two engines with
-    no serving at all (the reference for the 2-worker figure)."""
+def inprocess(pages: int, engines: int = 1) -> dict[str, Any]:
+    """`engines` in-process engines at once (inprocess_engine.py, each in a fresh process, 1
+    thread), summed; two at once are what this machine gives two engines with no serving."""
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    command = [sys.executable, "-m", "loadtest.inprocess_engine", "--threads", str(threads),
-               "--pages", str(pages)]
+    command = [sys.executable, "-m", "loadtest.inprocess_engine", "--pages", str(pages)]
     with ForeignLoad() as foreign:
         processes = [subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE,
                                       stderr=subprocess.DEVNULL, text=True)
@@ -80,28 +61,21 @@ def least_disturbed(measure: Callable[[], dict[str, Any]], tries: int) -> dict[s
     never at the figure, so it cannot favour a goal."""
     runs = [measure()]
     while runs[-1].get("other_load_cores", 0.0) > QUIET_CORES and len(runs) < tries:
-        print(f"  (other processes used {runs[-1]['other_load_cores']:.2f} cores: measuring "
-              "again)", file=sys.stderr, flush=True)
+        report.say(f"  (other processes used {runs[-1]['other_load_cores']:.2f} cores: "
+                   "measuring again)")
         runs.append(measure())
     best = min(runs, key=lambda run: run.get("other_load_cores", 0.0))
     return {**best, "tries": len(runs)}
 
 
 def _say(label: str, result: dict[str, Any]) -> None:
-    print(f"  {label}: {result['pages_per_s']:.3f} pages/s", file=sys.stderr, flush=True)
-
-
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
+    report.say(f"  {label}: {result['pages_per_s']:.3f} pages/s")
 
 
 def run(pages_per_worker: int, log_dir: Path, tries: int = 2, rounds: int = 2
         ) -> dict[str, Any]:
     """Both figures, from interleaved rounds (in-process engine, 1 worker, 2 workers; then the
-    in-process engine once more): this VM's speed drifts by several per cent over minutes, so
-    each ratio compares runs taken side by side. The 2-worker figure is the mean of the rounds'
-    ratios; the serving ratio is the mean 1-worker HTTP rate over the mean in-process rate.
-    Finally two in-process engines run at once, for reference."""
+    in-process engine once more); finally two in-process engines at once, for reference."""
     inproc, rows = [], []
     with local_fleet.workers(2, local_fleet.real_worker_env(1), log_dir, name="real") as pool:
         engines = report.engine_info([local_fleet.url_of(w) for w in pool])
@@ -118,9 +92,9 @@ def run(pages_per_worker: int, log_dir: Path, tries: int = 2, rounds: int = 2
         _say("in-process engine", inproc[-1])
     pair = least_disturbed(lambda: inprocess(pages_per_worker, engines=2), tries)
     _say("two in-process engines at once", pair)
-    one_pps = _mean([r["one"]["pages_per_s"] for r in rows])
-    two_pps = _mean([r["two"]["pages_per_s"] for r in rows])
-    inproc_pps = _mean([r["pages_per_s"] for r in inproc])
+    one_pps = statistics.mean([r["one"]["pages_per_s"] for r in rows])
+    two_pps = statistics.mean([r["two"]["pages_per_s"] for r in rows])
+    inproc_pps = statistics.mean([r["pages_per_s"] for r in inproc])
     return {
         "engine": report.engine_label(engines),
         "document": "dense A4 page, 150 DPI, PNG, visualize false",
@@ -133,7 +107,7 @@ def run(pages_per_worker: int, log_dir: Path, tries: int = 2, rounds: int = 2
                           "failures": sum(r["one"]["failures"] for r in rows)},
         "http_2_workers": {"pages_per_s": two_pps,
                            "failures": sum(r["two"]["failures"] for r in rows)},
-        "scaling_2_vs_1": _mean([r["ratio"] for r in rows]),
+        "scaling_2_vs_1": statistics.mean([r["ratio"] for r in rows]),
         "scaling_goal": figures.ENGINE_SCALING_GOAL,
         "machine_scaling_2_vs_1": pair["pages_per_s"] / inproc_pps,
         "serving_ratio": one_pps / inproc_pps,

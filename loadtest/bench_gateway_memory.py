@@ -1,16 +1,7 @@
-"""Gateway memory (issue 22): peak resident memory of one gateway process group (the gunicorn
-master, its worker and the searchable-PDF builders), summed over its processes and sampled
-every 20 ms, above its idle level:
-
-- one dense PDF of BENCH_GW_PAGES (300) pages, asked back in every format, with `visualize`
-  on (the worker's page image in every page: the heavy case) and off; the goal is a peak flat
-  in the page count, so the same is measured at a tenth of the pages for the ratio;
-- BENCH_GW_UPLOADS (20) concurrent uploads of BENCH_GW_UPLOAD_MB (100) MB PDFs (50 pages, each
-  with an unused stream), as multipart and as JSON: the memory budget (GATEWAY_QUEUE_BYTES)
-  answers 429 to what does not fit, before its body is read.
-
-Four sim workers answer (the fleet, not OCR: the gateway's side is what is measured). Writes
-gateway-memory.json (docs/figures/ holds the committed run) and prints a table."""
+"""Gateway memory (issue 22): the peak RSS of one gateway process group above its idle level,
+for a dense PDF asked back in every format (visualize on and off, at full and a tenth of the
+pages), and for concurrent large uploads the memory budget answers 429 (docs/capacity.md,
+section 7). Four sim workers answer. Writes gateway-memory.json; knobs in loadtest/README.md."""
 
 from __future__ import annotations
 

@@ -1,26 +1,8 @@
-"""Worker memory on large, varied pages (issue 14): one real-engine worker (its default engine,
-1 thread, the worker's default memory settings) answers a long run of big page
-images one at a time, `"visualize": false`:
-
-- generated 300-dpi scans (samples/scans.py): dense A4 text, an A4 ruled table, a phone photo
-  of a page (5000 x 7000 px: rotated, unevenly lit, blurred, noisy JPEG), a long receipt, a
-  dense Chinese page;
-- the dense A4 pages of samples/documents.py (150 dpi).
-
-After every answer, once the worker process is idle, its resident memory (VmRSS of the
-gunicorn child that holds the model) is the *steady* figure; the most it reached while
-answering (VmHWM, reset before each page) is that page's *peak*. Reported per page count, with
-the goals of issue 14: steady RSS grows < 10 % from page 50 to the end, and the peak stays
-under the CPU overlay's memory limit with 25 % headroom (peak <= 0.75 x limit). Growth
-compares the highest steady figure over the last round of the 12 pages with that over the
-round ending at page 50 (the steady level differs by a few per cent with the last page's
-kind, so single pages would compare unlike with unlike).
-
-A reference run shows where the worker came from: the same pages, one round, with
-onnxruntime's CPU arena on and no trimming (OCR_ORT_CPU_ARENA=true OCR_TRIM_MIN_PIXELS=0).
-
-Knobs: BENCH_MEMORY_PAGES (100; 60 with BENCH_QUICK), BENCH_MEMORY_REFERENCE (1 = run the
-reference, default 1 unless BENCH_QUICK)."""
+"""Worker memory on large, varied pages (issue 14): one real-engine worker answers a long run
+of big page images one at a time; after each, its steady RSS (once idle) and its peak (VmHWM,
+reset before the page). Goals: steady RSS grows < 10 % after page 50, the peak stays within 75 %
+of the CPU overlay's memory limit; a reference run with onnxruntime's arena on and no trimming
+(loadtest/README.md, "Memory", for the method and knobs). Writes memory.json."""
 
 from __future__ import annotations
 
@@ -86,9 +68,9 @@ def soak(url: str, child: int, payloads: list[Payload], pages: int) -> dict[str,
             rows.append({"page": number, "name": payload.name, "ok": ok,
                          "steady_kib": procstats.rss_kib(child),
                          "peak_kib": procstats.peak_rss_kib(child)})
-            print(f"  memory: page {number}/{pages} {payload.name}: steady "
-                  f"{rows[-1]['steady_kib'] // 1024} MiB, peak {rows[-1]['peak_kib'] // 1024} "
-                  f"MiB{'' if ok else ' FAILED: ' + str(why)}", file=sys.stderr, flush=True)
+            report.say(f"  memory: page {number}/{pages} {payload.name}: steady "
+                       f"{rows[-1]['steady_kib'] // 1024} MiB, peak "
+                       f"{rows[-1]['peak_kib'] // 1024} MiB{'' if ok else ' FAILED: ' + str(why)}")
     return {"pages": rows, "failures": sum(failures.values()), "failure_kinds": failures}
 
 

@@ -1,33 +1,10 @@
 """`make bench-paddlex` (and part of `make bench`): ocrfleet side by side with PaddleX's official
-serving (`paddlex --serve`) on this machine, same client, same pages, same model files.
-
-- PaddleX: `paddlex[ocr-core,serving]` at the version ocrfleet uses, with the same
-  onnxruntime, installed into its own venv under bench/paddlex-venv/ (git-ignored; built once,
-  from PyPI). Its pipeline config (bench/paddlex-serving/) is PaddleX's own OCR.yaml with the
-  engine set to onnxruntime, the optional modules off, the model dirs pointing at ocrfleet's
-  models/ (local files: nothing is downloaded) and the 10-page PDF cap lifted. Three setups
-  (`setups`), each figure compared with the strongest of them for that figure:
-  its default (one process, every core as onnxruntime threads, serial pipeline calls:
-  PADDLE_PDX_SERVING_SERIAL_PIPELINE_CALLS=True); the same with concurrent calls; and one
-  serial process per core, one thread each, behind nginx (ocrfleet's own shape).
-- ocrfleet: its default settings (2 workers x cores / 2 engine threads behind the gateway,
-  `OCR_BACKEND=auto`, onnxruntime's CPU arena off for a flat worker memory), and the same
-  with PaddleX's engine settings (`OCR_BACKEND=onnxruntime`, `OCR_ORT_CPU_ARENA=true`): the
-  serving-only ratio, the same sessions on both sides.
-- The client: loadtest/loadgen.py, dense A4 pages at 150 DPI as PNG with `"visualize":
-  false`, at 1 and 4 concurrent clients; and one 16-page born-digital dense PDF sent alone
-  (each side's best of two). Every answer is checked (page count, order labels).
-
-Runs are interleaved (every side for one figure, then the next figure), and each records the
-cores other processes used meanwhile and the load average, since this machine is shared. A
-run is publishable (`publishable`; `python -m loadtest.doc_tables` refuses the others) only
-when no side's pages/s at 4 clients is under SCALING_FLOOR x its pages/s at 1 client, and
-other processes used at most MAX_OTHER_LOAD of the cores in every run.
-Goals (issue 13): >= 1.25x PaddleX's pages/s at 4 clients, <= 0.8x its 16-page PDF latency.
-
-Knobs: BENCH_PADDLEX_PAGES (pages per client-count run, default 8 at 1 client, 16 at 4),
-BENCH_PADDLEX_PDF_PAGES (16). If the venv cannot be built (no network, no wheel), the part is
-skipped with the reason."""
+serving (`paddlex --serve`, the same version, onnxruntime and model files, in its own venv
+under bench/paddlex-venv/) in three setups, each figure against the strongest; the same client
+and dense pages at 1 and 4 clients, and one 16-page PDF alone, interleaved. A run is
+publishable only when no side scales negatively and the machine was quiet (docs/benchmarks.md;
+loadtest/README.md for the knobs). Goals (issue 13): >= 1.25x PaddleX's pages/s at 4 clients,
+<= 0.8x its PDF latency. Skipped, with the reason, where the venv cannot be built."""
 
 from __future__ import annotations
 
@@ -41,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from deploy.nginx import render as nginx
 from loadtest import doc_tables, local_fleet, report
 from loadtest.loadgen import run_closed_loop
 from loadtest.payloads import dense_page_payloads, make_payload
@@ -78,8 +54,7 @@ def ensure_venv() -> Path:
     wanted = "\n".join(requirements())
     if paddlex.is_file() and stamp.is_file() and stamp.read_text() == wanted:
         return paddlex
-    print(f"building {VENV} ({', '.join(requirements())}); a few minutes, once",
-          file=sys.stderr, flush=True)
+    report.say(f"building {VENV} ({', '.join(requirements())}); a few minutes, once")
     try:
         venv.create(VENV, with_pip=True, clear=True)
         subprocess.run([str(VENV / "bin" / "python"), "-m", "pip", "install", "--quiet",
@@ -167,12 +142,9 @@ def start_paddlex(stack: contextlib.ExitStack, paddlex: Path, setup: PaddlexSetu
     stack.enter_context(local_fleet.running(servers, timeout=600))
     if setup.instances == 1:
         return f"http://127.0.0.1:{ports[0]}", servers
-    port, run_dir = free_port(), log_dir / f"nginx-{ports[0]}"
-    config = nginx.write_config([f"127.0.0.1:{p}" for p in ports], run_dir / "nginx.conf",
-                                run_dir, listen=f"127.0.0.1:{port}")
-    balancer = ManagedProcess("nginx", nginx.nginx_command(config, run_dir),
-                              ready_url=f"http://127.0.0.1:{port}/health",
-                              log_path=run_dir / "nginx.log")
+    port = free_port()
+    balancer = local_fleet.nginx_process([f"127.0.0.1:{p}" for p in ports],
+                                         log_dir / f"nginx-{ports[0]}", port, "/health")
     stack.enter_context(local_fleet.running([balancer], timeout=60))
     return f"http://127.0.0.1:{port}", [*servers, balancer]
 
@@ -195,7 +167,7 @@ def measure_side(url: str, payloads, clients: int, requests: int, processes
 def run(images_1: int = 8, images_4: int = 16, pdf_pages: int = 16) -> dict[str, Any]:
     paddlex = ensure_venv()
     cores = os.cpu_count() or 2
-    log_dir = report.results_dir() / "logs" / "paddlex"
+    log_dir = report.log_dir("paddlex")
     log_dir.mkdir(parents=True, exist_ok=True)
     images = dense_page_payloads(4)
     pdf = [make_payload(f"pdf:dense:{pdf_pages}p", documents.dense_pdf(pdf_pages), "pdf",
@@ -224,8 +196,8 @@ def run(images_1: int = 8, images_4: int = 16, pdf_pages: int = 16) -> dict[str,
                                                 ("pdf", pdf, 1, 1), ("pdf again", pdf, 1, 1)):
             for name, (url, processes) in sides.items():  # interleaved, figure by figure
                 results[name][label] = measure_side(url, payloads, clients, count, processes)
-                print(f"  {name} {label}: {results[name][label]['pages_per_s']:.3f} pages/s, "
-                      f"{results[name][label]['seconds']:.1f} s", file=sys.stderr, flush=True)
+                report.say(f"  {name} {label}: {results[name][label]['pages_per_s']:.3f} "
+                           f"pages/s, {results[name][label]['seconds']:.1f} s")
     return summarise(results, engines, cores, pdf_pages, chosen)
 
 
@@ -313,7 +285,7 @@ def run_or_skip(**kwargs) -> dict[str, Any]:
     try:
         return run(**kwargs)
     except Skipped as exc:
-        print(f"bench-paddlex skipped: {exc}", file=sys.stderr, flush=True)
+        report.say(f"bench-paddlex skipped: {exc}")
         return {"skipped": str(exc), **report.stamp()}
 
 

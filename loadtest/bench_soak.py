@@ -1,10 +1,7 @@
-"""Worker memory under a long run: one real-engine worker (1 thread) answers
-2,000 small text images (16 different sizes and texts, 2 in flight), and the resident memory
-(VmRSS) of its gunicorn worker process — the forked child that holds the model, not the master —
-is sampled every 100 answers. Growth is measured after warm-up: RSS at answer 2,000 vs at
-answer 200 (goal < 5 %).
-
-Knobs: BENCH_SOAK_REQUESTS (2000), BENCH_SOAK_BASELINE (200)."""
+"""Worker memory under a long run: one real-engine worker (1 thread) answers 2,000 small text
+images (2 in flight); the RSS of its gunicorn worker process (the forked child that holds the
+model) is sampled every 100 answers. Goal: growth from answer 200 to the end < 5 %. Writes
+soak.json; knobs BENCH_SOAK_REQUESTS, BENCH_SOAK_BASELINE."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""The benchmark harness's fleets on loopback: workers (sim or real engine) and gateways in
-front of them, started with scripts/fleet.py on free ports and always stopped again (each
-process in its own process group). `workers()` and `gateway()` for a fixed set; `Fleet` for sim
-workers behind nginx (the one-URL mode), a URL list or a DNS name, grown and shrunk mid-run."""
+"""The benchmark harness's fleets on loopback: workers (sim or real engine), gateways and nginx,
+started with scripts/fleet.py on free ports and always stopped again (each process in its own
+process group). `workers()` and `gateway()` for a fixed set; `Fleet` for sim workers behind
+nginx (the one-URL mode), a URL list or a DNS name, grown and shrunk mid-run."""
 
 from __future__ import annotations
 
@@ -51,11 +51,9 @@ def url_of(process: ManagedProcess) -> str:
 def workers(count: int, env: dict[str, str], log_dir: Path, name: str = "worker",
             timeout: float = 180.0) -> Iterator[list[ManagedProcess]]:
     log_dir.mkdir(parents=True, exist_ok=True)
-    processes = []
-    for index in range(count):
-        port = free_port()
-        processes.append(worker_process(port, env, log_dir / f"{name}-{index + 1}-{port}.log"))
-    with running(processes, timeout) as started:
+    ports = [free_port() for _ in range(count)]
+    with running([worker_process(port, env, log_dir / f"{name}-{index + 1}-{port}.log")
+                  for index, port in enumerate(ports)], timeout) as started:
         yield started
 
 
@@ -72,6 +70,20 @@ def gateway(replica_urls: list[str], log_dir: Path, env: dict[str, str] | None =
         yield started
 
 
+def nginx_config(addresses: list[str], run_dir: Path, port: int) -> Path:
+    return nginx.write_config(addresses, run_dir / "nginx.conf", run_dir,
+                              listen=f"127.0.0.1:{port}")
+
+
+def nginx_process(addresses: list[str], run_dir: Path, port: int,
+                  ready_path: str | None = None) -> ManagedProcess:
+    """nginx on 127.0.0.1:`port` balancing over these host:port addresses (deploy/nginx)."""
+    return ManagedProcess("nginx", nginx.nginx_command(nginx_config(addresses, run_dir, port),
+                                                       run_dir),
+                          ready_url=ready_path and f"http://127.0.0.1:{port}{ready_path}",
+                          log_path=run_dir / "nginx.log")
+
+
 class HostsFile:
     """A DNS name of our own (a k8s headless Service on loopback): the gateway runs in a mount
     namespace of its own where /etc/hosts is this file, rewritten in place, so the gateway's
@@ -84,10 +96,9 @@ class HostsFile:
 
     def set_addresses(self, addresses: list[str]) -> None:
         """Rewrite in place (the bind mount follows the inode, not the name)."""
-        text = "127.0.0.1 localhost\n" + "".join(f"{a} {self.name}\n" for a in addresses)
         with open(self.path, "r+") as f:
             f.truncate(0)
-            f.write(text)
+            f.write("127.0.0.1 localhost\n" + "".join(f"{a} {self.name}\n" for a in addresses))
 
     def wrap(self, cmd: list[str]) -> list[str]:
         """`cmd` run with this file as its /etc/hosts."""
@@ -100,7 +111,7 @@ class HostsFile:
 
 class Fleet:
     """Sim workers on 127.0.0.x (one port each, or one address each in DNS mode), an nginx
-    over them, and gateways: started, grown and shrunk here, all stopped by close()."""
+    over them, and gateways: started, grown and shrunk here, all stopped on exit."""
 
     DNS_NAME = "ocr-workers.bench.internal"
 
@@ -114,12 +125,11 @@ class Fleet:
         self.nginx_port: int | None = None
         self.hosts: HostsFile | None = None
         log_dir.mkdir(parents=True, exist_ok=True)
-        if replicas:
-            try:
-                self.add_workers(replicas)
-            except BaseException:
-                self.close()
-                raise
+        try:
+            self.add_workers(replicas)
+        except BaseException:
+            self.close()
+            raise
 
     def __enter__(self) -> "Fleet":
         return self
@@ -131,8 +141,7 @@ class Fleet:
         return [url_of(w).removeprefix("http://") for w in self.workers]
 
     def add_workers(self, count: int) -> None:
-        env = sim_worker_env(self.page_ms)
-        new = []
+        env, new = sim_worker_env(self.page_ms), []
         for _ in range(count):
             index = len(self.workers) + len(new)
             host, port = ((f"127.0.{1 + (index + 2) // 250}.{2 + (index + 2) % 250}", self.port)
@@ -153,13 +162,10 @@ class Fleet:
         self._publish()
         stop_all(leaving)
 
-    def _nginx_config(self) -> Path:
-        return nginx.write_config(self.addresses(), self.nginx_dir / "nginx.conf",
-                                  self.nginx_dir, listen=f"127.0.0.1:{self.nginx_port}")
-
     def _publish(self) -> None:
         if self.nginx_port is not None:
-            nginx.reload(self._nginx_config(), self.nginx_dir)
+            nginx.reload(nginx_config(self.addresses(), self.nginx_dir, self.nginx_port),
+                         self.nginx_dir)
         if self.hosts is not None:
             self.hosts.set_addresses([a.rsplit(":", 1)[0] for a in self.addresses()])
 
@@ -167,9 +173,8 @@ class Fleet:
         if mode == "nginx":
             if self.nginx_port is None:
                 self.nginx_port = free_port()
-                self.others.append(ManagedProcess(
-                    "nginx", nginx.nginx_command(self._nginx_config(), self.nginx_dir),
-                    log_path=self.nginx_dir / "nginx.log").start())
+                self.others.append(nginx_process(self.addresses(), self.nginx_dir,
+                                                 self.nginx_port).start())
             return {"GATEWAY_UPSTREAM_URL": f"http://127.0.0.1:{self.nginx_port}"}
         if mode == "dns":
             if self.hosts is None:
