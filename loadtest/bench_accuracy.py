@@ -1,36 +1,12 @@
-"""`make bench-accuracy`: CER and word F1 of each engine setting on the accuracy corpus
-(samples/accuracy_corpus.py), lines changed against the reference setting, and CPU seconds per
-page, so a speed setting is chosen on evidence.
-
-The reference is PaddleOCR as shipped: onnxruntime fp32, recognition batch 6, PaddleX's CTC
-decoding. Every setting runs in this one process, 1 engine thread each, interleaved page by
-page (this VM's speed drifts over minutes; each page is timed under the same conditions for
-every setting). CPU seconds, not wall seconds: other processes on a shared machine stretch the
-wall clock far more than the CPU time of a single-threaded engine.
-
-Each setting is reported on each kind of page on its own (born-digital, synthetic scan, real
-scan: issue 26, item 4), because averaged together they hide opposite moves (bf16 reads
-born-digital pages worse and the real scans better).
-
-The rule (issue 13, item 4): the default is the fastest setting whose CER is within 0.002
-(absolute) of the reference, on all pages and on each kind; `chosen` in the JSON names it,
-and the README's table states it.
-
-The scan-PDF part (issue 26, item 1): scans at 150, 200, 300 and 400 dpi (small print
-included), each sent through the fleet (a gateway and one real worker, default settings) as
-an image and as an image-only PDF holding exactly the same pixels. Goal: the PDFs' CER within
-10 % of the images', at each resolution, and no page read much worse as a PDF (CER higher by
-more than 0.01 and 20 %). BENCH_QUICK=1: four half-page scans at the four resolutions (32
-requests); otherwise also a dense A4 letter and the two real scans, wrapped at each resolution.
-
-Knobs: BENCH_ACCURACY_SETTINGS (comma-separated labels to run, default all),
-BENCH_ACCURACY_SCANS=0 (no real scans: no pip download), BENCH_ACCURACY_PARTS (comma-separated,
-default "settings,scan-pdf")."""
+"""`make bench-accuracy`: CER, word F1, lines changed against the reference setting (PaddleOCR
+as shipped) and CPU seconds per page of each engine setting on the accuracy corpus, per kind of
+page, all in this process, interleaved page by page; the default is the fastest setting within
+CER_TOLERANCE of the reference on all pages and on each kind (issue 13). The scan-PDF part sends
+scans through a fleet as images and as image-only PDFs of the same pixels (issue 26). Method,
+goals and knobs: docs/benchmarks.md and loadtest/README.md. Writes accuracy.json."""
 
 from __future__ import annotations
 
-import base64
-import json
 import os
 import sys
 import time
@@ -41,6 +17,7 @@ import requests
 
 from loadtest import local_fleet, report
 from loadtest.accuracy_metrics import Score, changed_lines, score_page
+from loadtest.payloads import JSON_HEADERS, make_payload
 from samples import accuracy_corpus, documents
 
 CER_TOLERANCE = 0.002
@@ -226,10 +203,10 @@ def measure() -> dict[str, Any]:
     result: dict[str, Any] = {}
     engines: list[dict[str, Any]] = []
     if "settings" in parts():
-        print("rendering the accuracy corpus", file=sys.stderr, flush=True)
+        report.say("rendering the accuracy corpus")
         pages = accuracy_corpus.corpus()
         runs = settings()
-        print(f"{len(pages)} pages x {len(runs)} settings", file=sys.stderr, flush=True)
+        report.say(f"{len(pages)} pages x {len(runs)} settings")
         result = run(pages, runs)
         engines += [s.engine.info for s in runs]
         for setting in runs:
@@ -286,11 +263,9 @@ def scan_cases() -> list[ScanCase]:
 def ocr(url: str, data: bytes, kind: str) -> tuple[list[str], tuple[int, int], float]:
     """The recognised lines of a one-page document, the page size the fleet rendered
     (dataInfo), and the request's wall seconds."""
-    body = json.dumps({"file": base64.b64encode(data).decode("ascii"),
-                       "fileType": 0 if kind == "pdf" else 1, "visualize": False})
     started = time.perf_counter()
-    response = requests.post(f"{url}/ocr", data=body, timeout=600,
-                             headers={"Content-Type": "application/json"})
+    response = requests.post(f"{url}/ocr", data=make_payload(kind, data, kind, 1).body,
+                             timeout=600, headers=JSON_HEADERS)
     seconds = time.perf_counter() - started
     answer = response.json()
     if response.status_code != 200 or answer.get("errorCode") != 0:
@@ -303,14 +278,14 @@ def ocr(url: str, data: bytes, kind: str) -> tuple[list[str], tuple[int, int], f
 
 
 def scan_pdf() -> dict[str, Any]:
-    print("scan-PDF part: rendering the scans", file=sys.stderr, flush=True)
+    report.say("scan-PDF part: rendering the scans")
     cases = scan_cases()
     logs = report.log_dir("accuracy")
     with local_fleet.workers(1, local_fleet.real_worker_env(1), logs) as [worker], \
             local_fleet.gateway([local_fleet.url_of(worker)], logs) as gateway:
         url = local_fleet.url_of(gateway)
         engines = report.engine_info([local_fleet.url_of(worker)])
-        print(f"{len(cases)} scans as image and PDF through {url}", file=sys.stderr, flush=True)
+        report.say(f"{len(cases)} scans as image and PDF through {url}")
         images: dict[tuple[str, float], dict[str, Any]] = {}
         return summarise_scans([measure_case(url, case, images) for case in cases], engines)
 
@@ -340,8 +315,8 @@ def measure_case(url: str, case: ScanCase, images: dict[tuple[str, float], dict[
     made["same_pixels"] = made["pdf"]["rendered"] == made["pixels"]
     made["decoded"] = accuracy_corpus.decoded_difference(pdf, page.image)  # in-process decoder
     made["much_worse"] = much_worse(made["pdf"]["cer"], made["image"]["cer"])
-    print(f"  {case.key}: image {made['image']['cer']:.4f}, pdf {made['pdf']['cer']:.4f}"
-          f" (PDF rendered {made['pdf']['rendered']})", file=sys.stderr, flush=True)
+    report.say(f"  {case.key}: image {made['image']['cer']:.4f}, pdf {made['pdf']['cer']:.4f}"
+               f" (PDF rendered {made['pdf']['rendered']})")
     return made
 
 

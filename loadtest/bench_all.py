@@ -1,28 +1,8 @@
-"""`make bench`: every benchmark, one summary table, JSON and a PNG plot under bench/results/.
-
-1. fleet scaling, sim engine, N = 1..16 replicas behind the gateway (loadtest/bench_scaling.py)
-   -> scaling.json, scaling.png
-1b. flow control under overload: 8 long PDFs + a stream of images, 10x burst, sim engine
-   (loadtest/bench_overload.py) -> overload.json
-2. real engine, 1 vs 2 workers x 1 thread, and HTTP vs in-process serving overhead, dense A4
-   pages (loadtest/bench_engine.py) -> engine.json
-3. worker RSS over a 2,000-request soak (loadtest/bench_soak.py) -> soak.json
-4. worker memory on large varied pages: steady and peak RSS per page count
-   (loadtest/bench_memory.py) -> memory.json
-5. batching on/off (loadtest/bench_batching.py) -> batching.json
-6. the ocrfleet batch client, 200 pages through 2 real workers vs their capacity
-   (loadtest/bench_batch.py) -> batch_client.json
-6b. the page cache, sim and real engine: cold, warm, a batch re-run, a miss's cost
-   (loadtest/bench_cache.py) -> cache.json
-7. side by side with PaddleX's official serving (loadtest/bench_paddlex.py) -> paddlex.json;
-   skipped with the reason when its venv (bench/paddlex-venv) cannot be built
-The summary goes to summary.json. About 50 minutes on 2 cores (plus building the PaddleX venv
-once); BENCH_QUICK=1 shortens every part, BENCH_SKIP=batching,memory,soak,engine,overload,
-scaling,batch-client,cache,paddlex leaves parts out. Each part's own knobs are in its module
-docstring.
-
-Exit status 0 when every part ran and every answer was right; goals missed show as FAIL in the
-table (they are measurements, not errors)."""
+"""`make bench`: every benchmark in PARTS (loadtest/README.md lists them), one summary table,
+the JSON files and plots under bench/results/ and summary.json. BENCH_QUICK=1 shortens every
+part, BENCH_SKIP (comma-separated part names) leaves parts out. Exit status 0 when every part
+ran and every answer was right; missed goals show as FAIL in the table (measurements, not
+errors)."""
 
 from __future__ import annotations
 
@@ -50,7 +30,7 @@ def main() -> int:
     for name, bench in PARTS.items():
         if name in skip:
             continue
-        print(f"== {name} ==", file=sys.stderr, flush=True)
+        report.say(f"== {name} ==")
         part_started = time.monotonic()
         try:
             result, part_rows = report.run(bench)

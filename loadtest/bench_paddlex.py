@@ -68,7 +68,8 @@ def ensure_venv() -> Path:
 
 
 def pipeline_config(threads: int) -> Path:
-    """PaddleX's own OCR.yaml with the engine, model dirs and limits set as described above."""
+    """PaddleX's own OCR.yaml on onnxruntime with `threads` threads, the optional modules off,
+    ocrfleet's model dirs (local files: nothing is downloaded), the 10-page PDF cap lifted."""
     import importlib.util
 
     import yaml

@@ -24,6 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[name] = str(args.threads)
 
+    import base64
+
     import cv2
     import numpy as np
 
@@ -31,13 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     from services.ocr_worker.config import WorkerConfig
     from services.ocr_worker.engine import create_engine
 
-    # The exact bytes the HTTP side sends, decoded the way the worker decodes images.
-    import base64
-
-    images = []
-    for payload in dense_page_payloads(args.images):
-        data = base64.b64decode(json.loads(payload.body)["file"])
-        images.append(cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR))
+    # the exact bytes the HTTP side sends, decoded the way the worker decodes images
+    images = [cv2.imdecode(np.frombuffer(base64.b64decode(json.loads(p.body)["file"]), np.uint8),
+                           cv2.IMREAD_COLOR) for p in dense_page_payloads(args.images)]
 
     config = WorkerConfig.from_env({**os.environ, "OCR_ENGINE": args.engine,
                                     "OCR_THREADS": str(args.threads)})

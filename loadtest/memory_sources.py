@@ -1,19 +1,11 @@
-"""Where a worker's memory goes on large pages (the README's "Memory" table): the real engine
-on onnxruntime (set explicitly: the variants are onnxruntime's allocator settings, which
-OpenVINO, what `auto` may pick, does not have), 1 thread, in a fresh process per variant, the same ten large
-generated pages (samples/scans.py) one after another, and per page the resident memory after
-the page (steady) and the most it reached during the page (peak, VmHWM reset before each).
+"""Where a worker's memory goes on large pages (docs/operations.md, "Memory"): the real engine
+on onnxruntime, 1 thread, in a fresh process per allocator variant (VARIANTS), ten large
+generated pages one after another, per page the RSS after it (steady) and the most during it
+(peak); then one 300-dpi A4 page's peak split between the detector's activations and the
+pipeline's numpy arrays, and OCR_DET_MAX_SIDE's trade (peak and word recall per cap).
 
-Variants: onnxruntime's CPU arena on (its default, the worker before issue 14) or off; the
-arena's shrinkage run option (`memory.enable_memory_arena_shrinkage`); an environment arena
-with kSameAsRequested extension; glibc's MALLOC_ARENA_MAX=2; jemalloc via LD_PRELOAD (where
-libjemalloc2 is installed); malloc_trim(0) after each page (the worker's default, with the
-arena off). Then one 300-dpi A4 page's peak split into the detector's activations
-(onnxruntime alone, on the same input shape) and the pipeline's numpy arrays (tracemalloc), and
-OCR_DET_MAX_SIDE's trade: peak and word recall per detector cap.
-
-Run: python -m loadtest.memory_sources [variant ...]   (about 2 minutes per variant on
-2 busy cores); writes bench/results/memory_sources.json. Not part of `make bench`."""
+Run: python -m loadtest.memory_sources [variant ...]; writes memory_sources.json. Not part of
+`make bench`."""
 
 from __future__ import annotations
 
@@ -28,7 +20,7 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-from loadtest import report
+from loadtest import procstats, report
 
 JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
 
@@ -44,15 +36,16 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 
-def _status_mib(field: str) -> float:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024
-    return 0.0
+def _rss_mib() -> float:
+    return procstats.rss_kib(os.getpid()) / 1024
+
+
+def _peak_mib() -> float:
+    return procstats.peak_rss_kib(os.getpid()) / 1024
 
 
 def _reset_peak() -> None:
-    Path("/proc/self/clear_refs").write_text("5")
+    procstats.reset_peak_rss(os.getpid())
 
 
 def _engine(arena: bool):
@@ -114,7 +107,7 @@ def child(name: str, pages_dir: Path) -> dict[str, Any]:
     engine.predict([np.full((96, 480, 3), 255, np.uint8)], {})
     libc = ctypes.CDLL("libc.so.6")
     out: dict[str, Any] = {"variant": name, "engine": engine.info,
-                           "after_load_mib": _status_mib("VmRSS"), "pages": []}
+                           "after_load_mib": _rss_mib(), "pages": []}
     for path in sorted(pages_dir.iterdir()):
         data = path.read_bytes()
         _reset_peak()
@@ -125,8 +118,8 @@ def child(name: str, pages_dir: Path) -> dict[str, Any]:
         gc.collect()
         if variant.get("trim"):
             libc.malloc_trim(0)
-        out["pages"].append({"page": path.name, "texts": texts, "peak_mib": _status_mib("VmHWM"),
-                             "steady_mib": _status_mib("VmRSS")})
+        out["pages"].append({"page": path.name, "texts": texts, "peak_mib": _peak_mib(),
+                             "steady_mib": _rss_mib()})
     out["steady_end_mib"] = out["pages"][-1]["steady_mib"]
     out["steady_max_mib"] = max(p["steady_mib"] for p in out["pages"])
     out["peak_max_mib"] = max(p["peak_mib"] for p in out["pages"])
@@ -172,12 +165,12 @@ def peak_split(pages_dir: Path) -> dict[str, Any]:
                                        providers=["CPUExecutionProvider"])
         x = np.random.default_rng(0).random(shape, dtype=np.float32)
         gc.collect()
-        base = _status_mib("VmRSS")
+        base = _rss_mib()
         _reset_peak()
         session.run(None, {session.get_inputs()[0].name: x})
         key = "arena_on" if arena else "arena_off"
-        results[f"det_run_peak_over_input_mib_{key}"] = _status_mib("VmHWM") - base
-        results[f"det_run_retained_mib_{key}"] = _status_mib("VmRSS") - base
+        results[f"det_run_peak_over_input_mib_{key}"] = _peak_mib() - base
+        results[f"det_run_retained_mib_{key}"] = _rss_mib() - base
         del session, x
     return results
 
@@ -195,11 +188,7 @@ def dense_words(seed: int, dpi: int) -> list[str]:
 def word_recall(truth: list[str], found: list[str]) -> float:
     from collections import Counter
 
-    have = Counter(found)
-    hits = 0
-    for word, count in Counter(truth).items():
-        hits += min(count, have[word])
-    return hits / len(truth)
+    return sum((Counter(truth) & Counter(found)).values()) / len(truth)
 
 
 def cap_trade(caps: list[int]) -> list[dict[str, Any]]:
@@ -207,12 +196,10 @@ def cap_trade(caps: list[int]) -> list[dict[str, Any]]:
     of 6- and 4-point print at 300 dpi and a 5000 x 7000 photo of a dense page, per cap."""
     import numpy as np
 
-    from samples import scans
+    from samples import documents, scans
     from services.ocr_worker.config import WorkerConfig
     from services.ocr_worker.engine import PaddleOCREngine
     from services.ocr_worker.memory import malloc_trim
-
-    from samples import documents
 
     small_lines = documents.english_lines(100, 7, 14)
     small = documents.text_image(small_lines, size=24, width=2481, margin=90, line_gap=1.4)
@@ -235,13 +222,13 @@ def cap_trade(caps: list[int]) -> list[dict[str, Any]]:
         for name, image, truth in pages:
             gc.collect()
             malloc_trim()
-            base = _status_mib("VmRSS")
+            base = _rss_mib()
             _reset_peak()
             output = engine.predict([image], {})[0].result_json()
             found = " ".join(output["rec_texts"]).split()
             rows.append({"cap": cap, "page": name,
                          "engine": engine.info,
-                         "peak_over_idle_mib": _status_mib("VmHWM") - base,
+                         "peak_over_idle_mib": _peak_mib() - base,
                          "word_recall": word_recall(truth, found)})
             del output
     return rows
@@ -257,46 +244,43 @@ def write_pages(pages_dir: Path) -> None:
         (pages_dir / f"{index:02d}-{name.replace(':', '_')}").write_bytes(data)
 
 
+def _in_child(*args: str, env: dict[str, str] | None = None) -> Any:
+    """This module run with these arguments in a fresh process; the JSON it prints last."""
+    done = subprocess.run([sys.executable, "-m", "loadtest.memory_sources", *args], env=env,
+                          capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def main(argv: list[str]) -> int:
-    if argv and argv[0] == "--child":
-        print(json.dumps(child(argv[1], Path(argv[2]))))
-        return 0
-    if argv and argv[0] == "--split":
-        print(json.dumps(peak_split(Path(argv[1]))))
-        return 0
-    if argv and argv[0] == "--caps":
-        print(json.dumps(cap_trade([int(c) for c in argv[1:]])))
+    steps = {"--child": lambda: child(argv[1], Path(argv[2])),
+             "--split": lambda: peak_split(Path(argv[1])),
+             "--caps": lambda: cap_trade([int(c) for c in argv[1:]])}
+    if argv and argv[0] in steps:
+        print(json.dumps(steps[argv[0]]()))
         return 0
     pages_dir = report.results_dir() / "memory_pages"
     write_pages(pages_dir)
-    names = argv or list(VARIANTS)
     report.begin()
     results: dict[str, Any] = {"variants": []}
-    for name in names:
+    for name in argv or list(VARIANTS):
         env = {**os.environ, **VARIANTS[name].get("env", {})}
         if "LD_PRELOAD" in env and not Path(env["LD_PRELOAD"]).is_file():
             print(f"{name}: skipped ({env['LD_PRELOAD']} is not installed)", flush=True)
             continue
         started = time.monotonic()
-        done = subprocess.run([sys.executable, "-m", "loadtest.memory_sources", "--child", name,
-                               str(pages_dir)], env=env, capture_output=True, text=True,
-                              check=True)
-        result = json.loads(done.stdout.strip().splitlines()[-1])
+        result = _in_child("--child", name, str(pages_dir), env=env)
         result["seconds"] = round(time.monotonic() - started, 1)
         results["variants"].append(result)
         print(f"{name}: after load {result['after_load_mib']:.0f} MiB, steady after 10 pages "
               f"{result['steady_end_mib']:.0f} (max {result['steady_max_mib']:.0f}), peak "
               f"{result['peak_max_mib']:.0f} MiB", flush=True)
-    done = subprocess.run([sys.executable, "-m", "loadtest.memory_sources", "--split",
-                           str(pages_dir)], capture_output=True, text=True, check=True)
-    results["peak_split"] = json.loads(done.stdout.strip().splitlines()[-1])
+    results["peak_split"] = _in_child("--split", str(pages_dir))
     print(json.dumps(results["peak_split"], indent=1))
-    done = subprocess.run([sys.executable, "-m", "loadtest.memory_sources", "--caps", "4000",
-                           "1600", "1200"], capture_output=True, text=True, check=True)
-    results["det_cap_trade"] = json.loads(done.stdout.strip().splitlines()[-1])
+    results["det_cap_trade"] = _in_child("--caps", "4000", "1600", "1200")
     for row in results["det_cap_trade"]:
-        print(f"OCR_DET_MAX_SIDE={row['cap']}: {row['page']}: peak +{row['peak_over_idle_mib']:.0f}"
-              f" MiB, word recall {row['word_recall']:.3f}", flush=True)
+        print(f"OCR_DET_MAX_SIDE={row['cap']}: {row['page']}: peak "
+              f"+{row['peak_over_idle_mib']:.0f} MiB, word recall {row['word_recall']:.3f}",
+              flush=True)
     engines = [v["engine"] for v in results["variants"]] + [results["peak_split"]["engine"]]
     path = report.write_json("memory_sources.json", {**results, **report.stamp(engines)})
     print(f"wrote {path}")

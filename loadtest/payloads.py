@@ -3,9 +3,8 @@ each is the JSON body already serialised to bytes plus what a correct answer loo
 load generator spends its CPU on sending, not on encoding.
 
 Bodies say `"visualize": false` unless asked otherwise: the worker, like PaddleX serving, draws
-the ocrImage/inputImage visualizations when a request leaves `visualize` out (about 1 s of CPU
-per dense page), and the benchmarks measure OCR, compared with the engine called in-process,
-which draws nothing."""
+the visualizations when a request leaves `visualize` out (about 1 s of CPU per dense page), and
+the benchmarks measure OCR, compared with the engine called in-process, which draws nothing."""
 
 from __future__ import annotations
 
@@ -34,37 +33,30 @@ def make_payload(name: str, data: bytes, kind: str, pages: int, labelled: bool =
               "fileType": 0 if kind == "pdf" else 1}
     if visualize is not None:
         fields["visualize"] = visualize
-    body = json.dumps(fields).encode()
-    return Payload(name, body, Expected(pages=pages, kind=kind, labelled=labelled))
+    return Payload(name, json.dumps(fields).encode(), Expected(pages, kind, labelled))
 
 
 def small_image_payloads(count: int = 8, seed: int = 0,
                          visualize: bool | None = False) -> list[Payload]:
     """One- or two-line text images (a few KB of PNG, ~25 ms each on the real engine)."""
-    return [make_payload(f"image:small:{i}",
-                         documents.to_png(documents.text_image(
-                             documents.english_lines(1 + i % 2, seed + i, words_per_line=5),
-                             size=32)),
-                         "image", 1, visualize=visualize)
-            for i in range(count)]
+    return [make_payload(f"image:small:{i}", documents.to_png(documents.text_image(
+        documents.english_lines(1 + i % 2, seed + i, words_per_line=5), size=32)),
+        "image", 1, visualize=visualize) for i in range(count)]
 
 
 def dense_page_payloads(count: int = 2, seed: int = 0,
                         visualize: bool | None = False) -> list[Payload]:
     """Dense A4 pages at 150 DPI (~1.3-1.9 s each on the real engine, 1 thread)."""
     return [make_payload(f"image:dense:{i}", documents.to_png(documents.dense_page(seed + i)),
-                         "image", 1, visualize=visualize)
-            for i in range(count)]
+                         "image", 1, visualize=visualize) for i in range(count)]
 
 
-def labelled_pdf_payload(pages: int, seed: int = 0, visualize: bool | None = False) -> Payload:
-    return make_payload(f"pdf:{pages}p", documents.labelled_pdf(pages, seed=seed), "pdf", pages,
-                        labelled=True, visualize=visualize)
-
-
-def table_pdf_payload(pages: int, seed: int = 0, visualize: bool | None = False) -> Payload:
-    return make_payload(f"pdf:table:{pages}p", documents.table_pdf(pages, seed=seed), "pdf",
-                        pages, labelled=True, visualize=visualize)
+def labelled_pdf_payload(pages: int, seed: int = 0, visualize: bool | None = False,
+                         table: bool = False) -> Payload:
+    """A PDF whose page i says "Page i of N" (with `table`, a ruled table on each page)."""
+    make = documents.table_pdf if table else documents.labelled_pdf
+    return make_payload(f"pdf:{'table:' if table else ''}{pages}p", make(pages, seed=seed),
+                        "pdf", pages, labelled=True, visualize=visualize)
 
 
 @dataclass(frozen=True)
@@ -83,6 +75,6 @@ def locust_mix(long_pages: tuple[int, ...] = (16, 32), visualize: bool | None = 
     images = small_image_payloads(6, visualize=v) + dense_page_payloads(1, visualize=v)
     short = [labelled_pdf_payload(2, seed=1, visualize=v),
              labelled_pdf_payload(3, seed=2, visualize=v),
-             table_pdf_payload(4, seed=3, visualize=v)]
+             labelled_pdf_payload(4, seed=3, visualize=v, table=True)]
     long = [labelled_pdf_payload(n, seed=10 + n, visualize=v) for n in long_pages]
     return Mix(images, short, long, labelled_pdf_payload(mixed_pages, seed=40, visualize=v))
