@@ -2,12 +2,11 @@
 normalisation on both sides. Pure functions (rapidfuzz for the edit distance).
 
 Normalisation: Unicode NFC (not NFKC: a full-width colon in English text is a recognition
-error a reader and a search both notice); typographic quotes and dashes to their ASCII forms (a scan's
-curly apostrophe and the model's straight one are the same character to a reader); no space
-before , . ; : ? ! (old typesetting puts one there, OCR may not) and none next to a CJK
-character (Chinese has none; the model may put one); runs of spaces to one; lines joined in
-reading order. CER = edit distance / truth length, summed over pages,
-so a reading-order difference costs the same for every engine setting compared."""
+error a reader and a search both notice); typographic quotes and dashes to their ASCII forms
+(a scan's curly apostrophe and the model's straight one are the same character to a reader);
+no space before , . ; : ? ! (old typesetting puts one there, OCR may not) and none next to a
+CJK character (Chinese has none; the model may put one); runs of spaces to one; lines joined
+in reading order. CER = edit distance / truth length, summed over pages."""
 
 from __future__ import annotations
 

@@ -13,11 +13,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from gateway.split import PdfCutter
 from loadtest import figures, local_fleet, procstats, report
 from loadtest.checks import page_texts
 from loadtest.loadgen import capacity, per_worker_rate
-from loadtest.payloads import make_payload
+from loadtest.payloads import make_payload, one_page_pdfs
 from samples import documents
 from scripts.fleet import REPO_ROOT
 
@@ -41,9 +40,7 @@ def single_pages(docs: list[bytes], counts: list[int], most: int = 10) -> list[b
     """The first pages of the folder, each as the one-page PDF the gateway sends a worker."""
     pages: list[bytes] = []
     for data, count in zip(docs, counts):
-        cutter = PdfCutter(data)
-        pages += [cutter.cut((index,)).data for index in range(count)]
-        cutter.close()
+        pages += one_page_pdfs(data, count)
         if len(pages) >= most:
             break
     return pages[:most]

@@ -20,8 +20,8 @@ import requests
 from gateway.cache.key import pdf_chunk_digest
 from gateway.cache.pages import PageCache, Policy
 from gateway.cache.store import SqliteCacheStore
-from gateway.split import PdfCutter
 from loadtest import doc_tables, local_fleet, report
+from loadtest.payloads import one_page_pdfs
 from samples import documents
 from scripts.fleet import free_port, redis_process
 
@@ -84,7 +84,10 @@ def fleet_runs(engine: str, workers_n: int, batch_pages: int, logs: Path) -> dic
                     "enginePageMs": round(engine_ms, 1)}
 
 
-def miss_cost(store_name: str, cache: PageCache, chunks: list[bytes]) -> dict[str, Any]:
+def miss_cost(store_name: str, store, chunks: list[bytes]) -> dict[str, Any]:
+    """A miss per page on this store (closed afterwards): digest, then the round trips."""
+    cache = PageCache(store)
+    cache.engines.observe("http://bench", "bench-engine")
     document = cache.document(Policy("bench"), {}, False, False, None, "pdf")
     digests, rounds = [], []
     for data in chunks:
@@ -97,6 +100,7 @@ def miss_cost(store_name: str, cache: PageCache, chunks: list[bytes]) -> dict[st
         done = time.perf_counter()
         digests.append(digested - began)
         rounds.append(done - digested - (digested - began))
+    cache.close()
     return {"store": store_name, "pages": len(chunks),
             "digestMs": round(statistics.median(digests) * 1000, 3),
             "storeMs": round(statistics.median(rounds) * 1000, 3),
@@ -106,24 +110,18 @@ def miss_cost(store_name: str, cache: PageCache, chunks: list[bytes]) -> dict[st
 
 def miss_costs(work: Path) -> list[dict[str, Any]]:
     """Median over 60 text pages, on both stores (redis-server is part of `make install`)."""
-    pdf = documents.labelled_pdf(60, seed=int(time.time()) % 1000)
-    cutter = PdfCutter(pdf)
-    chunks = [cutter.cut((i,)).data for i in range(60)]
-    cutter.close()
-    sqlite_cache = PageCache(SqliteCacheStore(str(work / "miss.sqlite3"), 1 << 28, 3600))
-    sqlite_cache.engines.observe("http://bench", "bench-engine")
-    out = [miss_cost("SQLite", sqlite_cache, chunks)]
-    sqlite_cache.close()
     from gateway.cache.redis_store import RedisCacheStore
+
+    chunks = one_page_pdfs(documents.labelled_pdf(60, seed=int(time.time()) % 1000), 60)
+    out = [miss_cost("SQLite", SqliteCacheStore(str(work / "miss.sqlite3"), 1 << 28, 3600),
+                     chunks)]
     port = free_port()
     server = redis_process(port, work / "redis", work / "redis.log").start()
     try:
         server.wait_ready(30)
-        redis_cache = PageCache(RedisCacheStore(f"redis://127.0.0.1:{port}/0", 1 << 28, 3600,
-                                                prefix=f"bench-{uuid.uuid4().hex}:"))
-        redis_cache.engines.observe("http://bench", "bench-engine")
-        out.append(miss_cost("Redis on loopback", redis_cache, chunks))
-        redis_cache.close()
+        out.append(miss_cost("Redis on loopback", RedisCacheStore(
+            f"redis://127.0.0.1:{port}/0", 1 << 28, 3600, prefix=f"bench-{uuid.uuid4().hex}:"),
+            chunks))
     finally:
         server.stop()
     return out

@@ -1,16 +1,8 @@
 """Locust scenarios against the gateway (or any /ocr endpoint): users who send single images,
-short PDFs (2-4 pages) and long PDFs (16-32 pages), in a 6:3:1 mix with think time, and the
-flow-control mix (MixedLoadUser: 40-page PDFs with single images in between, little think
-time; `LOCUST_CLASSES=MixedLoadUser make loadtest` runs it alone). Every
-response is checked (loadtest/checks.py): HTTP 200, errorCode 0, one ocrResults entry per page
-sent, dataInfo, and for labelled PDFs read by the real engine, each page naming itself — a wrong
-answer counts as a failure.
-
-Headless: `make loadtest` (loadtest/run_locust.py). Interactive:
-`PYTHONPATH=. .venv/bin/locust -f loadtest/locustfile.py -H http://127.0.0.1:8080`.
-Knobs: LOCUST_LONG_PAGES (default "16,32"), LOCUST_MIXED_PAGES (default 40), LOCUST_TIMEOUT_S (default 300), LOCUST_VISUALIZE
-(default 0: requests say "visualize": false; 1: they ask for the visualization images; empty:
-the field is left out and the server's default applies — PaddleX serving's is to draw them)."""
+short PDFs (2-4 pages) and long PDFs (16-32 pages) in a 6:3:1 mix with think time, and the
+flow-control mix (MixedLoadUser: 40-page PDFs with images in between). Every answer is checked
+(checks.py): a wrong one is a failure. `make loadtest` (run_locust.py) runs it headless;
+loadtest/README.md has the knobs (LOCUST_*) and the interactive command."""
 
 from __future__ import annotations
 

@@ -59,6 +59,17 @@ def labelled_pdf_payload(pages: int, seed: int = 0, visualize: bool | None = Fal
                         "pdf", pages, labelled=True, visualize=visualize)
 
 
+def one_page_pdfs(pdf: bytes, pages: int) -> list[bytes]:
+    """The first `pages` pages of a PDF, each as the one-page PDF the gateway sends a worker."""
+    from gateway.split import PdfCutter
+
+    cutter = PdfCutter(pdf)
+    try:
+        return [cutter.cut((index,)).data for index in range(pages)]
+    finally:
+        cutter.close()
+
+
 @dataclass(frozen=True)
 class Mix:
     images: list[Payload]
