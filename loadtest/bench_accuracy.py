@@ -56,8 +56,7 @@ def settings() -> list[Setting]:
         made += [Setting(f"openvino bf16, rec batch {b}",
                          {"backend": "openvino", "ov_precision": "bf16", "rec_batch_size": b})
                  for b in (6, 2, 1)]
-    wanted = [w.strip() for w in os.environ.get("BENCH_ACCURACY_SETTINGS", "").split(",")
-              if w.strip()]
+    wanted = report.names("BENCH_ACCURACY_SETTINGS")
     return [s for s in made if not wanted or any(w in s.label for w in wanted)] or made[:1]
 
 
@@ -191,8 +190,7 @@ def _cer(value: float, reference: float) -> str:
 
 
 def parts() -> list[str]:
-    wanted = [p.strip() for p in os.environ.get("BENCH_ACCURACY_PARTS", ",".join(PARTS))
-              .split(",") if p.strip()]
+    wanted = report.names("BENCH_ACCURACY_PARTS", ",".join(PARTS))
     unknown = set(wanted) - set(PARTS)
     if unknown:
         raise SystemExit(f"BENCH_ACCURACY_PARTS: unknown {sorted(unknown)}; parts: {PARTS}")

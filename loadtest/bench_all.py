@@ -6,7 +6,6 @@ errors)."""
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 import traceback
@@ -22,7 +21,7 @@ PARTS: dict[str, Any] = {
 
 
 def main() -> int:
-    skip = {part.strip() for part in os.environ.get("BENCH_SKIP", "").split(",") if part.strip()}
+    skip = set(report.names("BENCH_SKIP"))
     rows: list[list[Any]] = []
     summary: dict[str, Any] = {"parts": {}, **report.stamp()}
     broken = False

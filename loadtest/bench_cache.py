@@ -6,7 +6,6 @@ stores. Writes cache.json; knobs in loadtest/README.md."""
 from __future__ import annotations
 
 import base64
-import os
 import statistics
 import sys
 import tempfile
@@ -128,8 +127,7 @@ def miss_costs(work: Path) -> list[dict[str, Any]]:
 
 
 def measure() -> dict[str, Any]:
-    engines = [e.strip() for e in (os.environ.get("BENCH_CACHE_ENGINES") or "sim,real")
-               .split(",") if e.strip()]
+    engines = report.names("BENCH_CACHE_ENGINES", "sim,real")
     workers = report.knob("BENCH_CACHE_WORKERS", 2)
     batch = report.knob("BENCH_CACHE_BATCH", 200, 40)
     logs = report.log_dir("cache")

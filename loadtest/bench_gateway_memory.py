@@ -6,7 +6,6 @@ section 7). Four sim workers answer. Writes gateway-memory.json; knobs in loadte
 from __future__ import annotations
 
 import base64
-import concurrent.futures
 import io
 import os
 import sys
@@ -16,6 +15,7 @@ import pikepdf
 import requests
 
 from loadtest import doc_tables, local_fleet, report
+from loadtest.loadgen import at_once
 from loadtest.procstats import PeakRss
 from samples import documents
 
@@ -75,10 +75,7 @@ def uploads(url: str, meter: PeakRss, count: int, megabytes: int) -> list[dict[s
                  "file": base64.b64encode(pdf).decode()}).status_code}
     rows = []
     for name, send in sends.items():
-        def all_at_once() -> list[int]:
-            with concurrent.futures.ThreadPoolExecutor(count) as pool:
-                return list(pool.map(lambda _: send(), range(count)))
-        rss, statuses = peak_while(meter, all_at_once)
+        rss, statuses = peak_while(meter, lambda: at_once(lambda _: send(), range(count)))
         rows.append({"body": name, "uploads": count, "upload_mb": megabytes,
                      "answered_200": statuses.count(200), "answered_429": statuses.count(429),
                      "other": sorted(s for s in statuses if s not in (200, 429)),

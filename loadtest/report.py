@@ -50,6 +50,12 @@ def from_env(cls, knobs: dict[str, tuple[str, Callable[[str], Any]]], **quick_va
     return cls(**values)
 
 
+def names(variable: str, default: str = "") -> list[str]:
+    """A comma-separated BENCH_* knob (else `default`) as its stripped, non-empty items."""
+    return [word.strip() for word in (os.environ.get(variable) or default).split(",")
+            if word.strip()]
+
+
 def int_list(text: str) -> list[int]:
     return [int(part) for part in text.split(",") if part.strip()]
 
