@@ -115,23 +115,18 @@ class _Load:
 
     def __init__(self):
         self.samples: list[float] = []
-        self._lock = threading.Lock()
         threading.Thread(target=self._sample, daemon=True, name="loadavg").start()
 
     def begin(self) -> None:
-        with self._lock:
-            self.samples = [os.getloadavg()[0]]
+        self.samples = [os.getloadavg()[0]]
 
     def _sample(self) -> None:
         while True:
             time.sleep(5)
-            with self._lock:
-                self.samples.append(os.getloadavg()[0])
+            self.samples.append(os.getloadavg()[0])  # one append: atomic, no lock needed
 
     def summary(self) -> dict[str, Any]:
-        with self._lock:
-            samples = self.samples or [os.getloadavg()[0]]
-        end = os.getloadavg()[0]
+        samples, end = list(self.samples) or [os.getloadavg()[0]], os.getloadavg()[0]
         return {"loadavg_1m_start": round(samples[0], 2), "loadavg_1m_end": round(end, 2),
                 "loadavg_1m_max": round(max(samples + [end]), 2), "samples": len(samples) + 1,
                 "cores": os.cpu_count()}
