@@ -178,14 +178,14 @@ class PageCounter:
 
 
 # ---- routing cost ----------------------------------------------------------------------------
-def run_route(log_dir: Path, workers: int = 16, seconds: float = 10.0) -> dict[str, Any]:
-    """One gateway process, 0-ms sim workers, a closed loop of small images: pages per
+def run_route(log_dir: Path, workers: int = 16) -> dict[str, Any]:
+    """One gateway process, 0-ms sim workers, 10 s of a closed loop of small images: pages per
     CPU-second of the gateway process (what one gateway core can route)."""
     with Fleet(log_dir / "route", 0.0, workers) as fleet, \
             fleet.gateways("list", 1, GATEWAY_PROCESSES="1", **NO_JOBS) as (gateway,), \
             ForeignLoad([gateway]) as sampler:
         result = run_closed_loop(local_fleet.url_of(gateway), small_image_payloads(8), 32,
-                                 duration_s=seconds, warmup_s=1.0)
+                                 duration_s=10.0, warmup_s=1.0)
     pages = len(result.completions)
     return {"workers": workers, "concurrency": 32, "pages": pages,
             "failures": result.failure_count,

@@ -28,18 +28,16 @@ MIB = 1024 * 1024
 FILE = "memory.json"
 
 
-def page_payloads(seed: int = 0) -> list[Payload]:
+def page_payloads() -> list[Payload]:
     """Ten generated scans (two of each kind) and two dense A4 pages, as JSON bodies."""
-    payloads = [make_payload(name, data, "image", 1)
-                for name, data in scans.scan_set(10, seed=seed)]
-    payloads += [make_payload(f"dense-a4:{i}", documents.to_png(documents.dense_page(seed + i)),
-                              "image", 1) for i in range(2)]
-    return payloads
+    return [make_payload(name, data, "image", 1) for name, data in scans.scan_set(10, seed=0)] \
+        + [make_payload(f"dense-a4:{i}", documents.to_png(documents.dense_page(i)), "image", 1)
+           for i in range(2)]
 
 
-def memory_limit_bytes(path: Path = CPU_OVERLAY) -> int:
+def memory_limit_bytes() -> int:
     """The worker container's memory limit in the CPU overlay (e.g. "4Gi")."""
-    spec = yaml.safe_load(path.read_text())
+    spec = yaml.safe_load(CPU_OVERLAY.read_text())
     container = spec["spec"]["template"]["spec"]["containers"][0]
     return parse_quantity(container["resources"]["limits"]["memory"])
 

@@ -16,11 +16,10 @@ from scripts.fleet import (ManagedProcess, free_port, gateway_process, stop_all,
                            worker_process)
 
 
-def sim_worker_env(page_ms: float, jitter_ms: float = 0.0, **extra: str) -> dict[str, str]:
+def sim_worker_env(page_ms: float, **extra: str) -> dict[str, str]:
     """A sim worker: one process, one engine thread, a fixed service time per page."""
-    return {"OCR_ENGINE": "sim", "OCR_SIM_PAGE_MS": f"{page_ms:g}",
-            "OCR_SIM_JITTER_MS": f"{jitter_ms:g}", "OCR_PROCESSES": "1", "OCR_THREADS": "1",
-            "OCR_LOG_LEVEL": "WARNING", **extra}
+    return {"OCR_ENGINE": "sim", "OCR_SIM_PAGE_MS": f"{page_ms:g}", "OCR_SIM_JITTER_MS": "0",
+            "OCR_PROCESSES": "1", "OCR_THREADS": "1", "OCR_LOG_LEVEL": "WARNING", **extra}
 
 
 def real_worker_env(threads: int = 1, **extra: str) -> dict[str, str]:
@@ -58,15 +57,15 @@ def workers(count: int, env: dict[str, str], log_dir: Path, name: str = "worker"
 
 
 @contextlib.contextmanager
-def gateway(replica_urls: list[str], log_dir: Path, env: dict[str, str] | None = None,
-            timeout: float = 60.0) -> Iterator[ManagedProcess]:
+def gateway(replica_urls: list[str], log_dir: Path,
+            env: dict[str, str] | None = None) -> Iterator[ManagedProcess]:
     """A gateway balancing over these worker URLs itself (GATEWAY_REPLICAS)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     process = gateway_process(port, {"GATEWAY_REPLICAS": ",".join(replica_urls),
                                      "GATEWAY_LOG_LEVEL": "WARNING", **(env or {})},
                               log_dir / f"gateway-{len(replica_urls)}-{port}.log")
-    with running([process], timeout) as (started,):
+    with running([process], 60.0) as (started,):
         yield started
 
 

@@ -44,10 +44,9 @@ def small_image_payloads(count: int = 8, seed: int = 0,
         "image", 1, visualize=visualize) for i in range(count)]
 
 
-def dense_page_payloads(count: int = 2, seed: int = 0,
-                        visualize: bool | None = False) -> list[Payload]:
+def dense_page_payloads(count: int = 2, visualize: bool | None = False) -> list[Payload]:
     """Dense A4 pages at 150 DPI (~1.3-1.9 s each on the real engine, 1 thread)."""
-    return [make_payload(f"image:dense:{i}", documents.to_png(documents.dense_page(seed + i)),
+    return [make_payload(f"image:dense:{i}", documents.to_png(documents.dense_page(i)),
                          "image", 1, visualize=visualize) for i in range(count)]
 
 
