@@ -41,7 +41,7 @@ class ScalingSettings:
             "measure_s": ("BENCH_MEASURE_S", float),
             "concurrency_per_replica": ("BENCH_CONCURRENCY_PER_REPLICA", int),
             "pdf_pages": ("BENCH_PDF_PAGES", int), "pdf_repeats": ("BENCH_PDF_REPEATS", int)},
-            warmup_s=1.5, measure_s=5, pdf_repeats=1)
+            warmup_s=1.5, measure_s=5.0, pdf_repeats=1)
 
 
 def measure_fleet(gateway, replicas: list, settings: ScalingSettings, payloads: list[Payload],
