@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import threading
@@ -98,15 +99,20 @@ def commit() -> str:
     return head + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
 
+_PRIVATE = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|URL")
+
+
 def command() -> str:
     """How this run was started, as typed in a checkout: `python -m` the module, the BENCH_*
-    knobs in front."""
+    knobs and the services' own settings it passed on (GATEWAY_*, OCR_*: not keys, tokens,
+    passwords or URLs) in front."""
     program = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
     words = ["python", *sys.argv]
     if program and program.suffix == ".py" and REPO_ROOT in program.parents:
         module = ".".join(program.relative_to(REPO_ROOT).with_suffix("").parts)
         words = ["python", "-m", module, *sys.argv[1:]]
-    knobs = [f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("BENCH_")]
+    knobs = [f"{k}={v}" for k, v in sorted(os.environ.items())
+             if k.startswith(("BENCH_", "GATEWAY_", "OCR_")) and not _PRIVATE.search(k)]
     return " ".join(knobs + words)
 
 

@@ -250,3 +250,15 @@ def test_run_locust_refuses_a_host_that_is_not_ready(tmp_path):
     done = subprocess.run([sys.executable, "-m", "loadtest.run_locust"], env=env, cwd=REPO_ROOT,
                           capture_output=True, text=True, timeout=30)
     assert done.returncode == 2 and "start a fleet first" in done.stderr
+
+
+def test_a_result_names_the_service_settings_it_ran_with_but_no_secret(monkeypatch):
+    from loadtest import report
+    monkeypatch.setenv("BENCH_QUICK", "1")
+    monkeypatch.setenv("GATEWAY_PROCESSES", "1")
+    monkeypatch.setenv("OCR_SIM_PAGE_MS", "5")
+    monkeypatch.setenv("GATEWAY_API_KEYS", "s3cret")
+    monkeypatch.setenv("GATEWAY_REDIS_URL", "redis://:pw@127.0.0.1:6379/0")
+    words = report.command().split()
+    assert {"BENCH_QUICK=1", "GATEWAY_PROCESSES=1", "OCR_SIM_PAGE_MS=5"} <= set(words)
+    assert "s3cret" not in report.command() and "pw@" not in report.command()
