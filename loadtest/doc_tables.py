@@ -188,6 +188,38 @@ def memory_table(result: dict[str, Any]) -> str:
         f"{result['engine']}. {measured(result)}."])
 
 
+def memory_sources_table(result: dict[str, Any]) -> str:
+    """Where a worker's memory goes (memory_sources): the allocator variants over ten large
+    pages, one A4 page's peak split, and OCR_DET_MAX_SIDE's trade."""
+    variants = [[v["variant"]] + [f"{v[k]:,.0f}" for k in ("after_load_mib", "steady_end_mib",
+                                                          "peak_max_mib")]
+                for v in result["variants"]]
+    split = result["peak_split"]
+    parts = [["the decoded page (BGR)", round(split["decoded_page_mib"])],
+             ["pre-processing, held during detection (numpy, tracemalloc)",
+              round(split["numpy_before_det_mib"])],
+             [f"the detector's activations, arena off (on: "
+              f"{split['det_run_peak_over_input_mib_arena_on']:,.0f}, and "
+              f"{split['det_run_retained_mib_arena_on']:,.0f} kept)",
+              round(split["det_run_peak_over_input_mib_arena_off"])],
+             ["the pipeline's numpy peak overall", round(split["numpy_peak_mib"])]]
+    pages = list(dict.fromkeys(row["page"] for row in result["det_cap_trade"]))
+    caps = list(dict.fromkeys(row["cap"] for row in result["det_cap_trade"]))
+    cell = {(r["cap"], r["page"]): f"+{r['peak_over_idle_mib']:,.0f} MiB, "
+            f"{r['word_recall'] * 100:.1f} %" for r in result["det_cap_trade"]}
+    trade = [[cap] + [cell[(cap, page)] for page in pages] for cap in caps]
+    engines = report.engine_label([v["engine"] for v in result["variants"]]
+                                  + [r["engine"] for r in result["det_cap_trade"]])
+    return "\n".join([
+        _markdown(["setting", "after load", "steady after 10 pages", "peak"], variants),
+        f"\nOne page's peak ({split['page']}; the detector sees it at "
+        f"{' x '.join(str(n) for n in split['input_shape'][2:][::-1])}), MiB:\n",
+        _markdown(["part", "MiB"], parts),
+        "\n`OCR_DET_MAX_SIDE`: the peak over idle and the share of the words found:\n",
+        _markdown(["`OCR_DET_MAX_SIDE`", *pages], trade),
+        f"\nEngine: {engines}. {measured(result)}."])
+
+
 def bench_table(summary: dict[str, Any]) -> str:
     """One `make bench` run (bench_all's summary.json): every part's rows, and the engine its
     workers reported."""
@@ -227,6 +259,7 @@ TABLES: list[tuple[str, str, str, Callable[[dict[str, Any]], str]]] = [
     ("docs/benchmarks.md", "bench", "bench/summary.json", bench_table),
     ("docs/benchmarks.md", "accuracy", "accuracy.json", accuracy_table),
     ("docs/operations.md", "memory-soak", "bench/memory.json", memory_table),
+    ("docs/operations.md", "memory-sources", "memory_sources.json", memory_sources_table),
 ]
 
 
