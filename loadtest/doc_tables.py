@@ -192,7 +192,7 @@ def memory_sources_table(result: dict[str, Any]) -> str:
     """Where a worker's memory goes (memory_sources): the allocator variants over ten large
     pages, one A4 page's peak split, and OCR_DET_MAX_SIDE's trade."""
     variants = [[v["variant"]] + [f"{v[k]:,.0f}" for k in ("after_load_mib", "steady_end_mib",
-                                                          "peak_max_mib")]
+                                                          "peak_max_mib")] + [v.get("cpu_s", "")]
                 for v in result["variants"]]
     split = result["peak_split"]
     parts = [["the decoded page (BGR)", round(split["decoded_page_mib"])],
@@ -211,7 +211,8 @@ def memory_sources_table(result: dict[str, Any]) -> str:
     engines = report.engine_label([v["engine"] for v in result["variants"]]
                                   + [r["engine"] for r in result["det_cap_trade"]])
     return "\n".join([
-        _markdown(["setting", "after load", "steady after 10 pages", "peak"], variants),
+        _markdown(["setting", "after load", "steady after 10 pages", "peak",
+                   "CPU s (10 pages)"], variants),
         f"\nOne page's peak ({split['page']}; the detector sees it at "
         f"{' x '.join(str(n) for n in split['input_shape'][2:][::-1])}), MiB:\n",
         _markdown(["part", "MiB"], parts),

@@ -33,6 +33,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "arena on + jemalloc": {"arena": True, "env": {"LD_PRELOAD": JEMALLOC}},
     "arena off + jemalloc": {"arena": False, "env": {"LD_PRELOAD": JEMALLOC}},
     "arena off + malloc_trim (worker default)": {"arena": False, "trim": True},
+    "OpenVINO bf16, buffers released after large inputs (OCR_BACKEND=openvino)":
+        {"arena": False, "trim": True, "backend": "openvino"},
+    "OpenVINO bf16, buffers never released": {"arena": False, "trim": True,
+                                              "backend": "openvino", "keep_buffers": True},
 }
 
 
@@ -48,12 +52,11 @@ def _reset_peak() -> None:
     procstats.reset_peak_rss(os.getpid())
 
 
-def _engine(arena: bool):
+def _engine(arena: bool, backend: str = "onnxruntime"):
     from services.ocr_worker.config import WorkerConfig
     from services.ocr_worker.engine import PaddleOCREngine
 
-    engine = PaddleOCREngine(WorkerConfig(ort_cpu_arena=arena, warmup=False,
-                                          backend="onnxruntime"))
+    engine = PaddleOCREngine(WorkerConfig(ort_cpu_arena=arena, warmup=False, backend=backend))
     engine.load()
     return engine
 
@@ -102,12 +105,16 @@ def child(name: str, pages_dir: Path) -> dict[str, Any]:
     import numpy as np
 
     variant = VARIANTS[name]
-    engine = _engine(variant["arena"])
+    if variant.get("keep_buffers"):  # OpenVINO keeps its buffers at the largest input seen
+        from services.ocr_worker import openvino_backend
+        openvino_backend.RELEASE_MIN_VALUES = float("inf")
+    engine = _engine(variant["arena"], variant.get("backend", "onnxruntime"))
     _apply(engine, variant)
     engine.predict([np.full((96, 480, 3), 255, np.uint8)], {})
     libc = ctypes.CDLL("libc.so.6")
     out: dict[str, Any] = {"variant": name, "engine": engine.info,
                            "after_load_mib": _rss_mib(), "pages": []}
+    started = time.process_time()
     for path in sorted(pages_dir.iterdir()):
         data = path.read_bytes()
         _reset_peak()
@@ -120,6 +127,7 @@ def child(name: str, pages_dir: Path) -> dict[str, Any]:
             libc.malloc_trim(0)
         out["pages"].append({"page": path.name, "texts": texts, "peak_mib": _peak_mib(),
                              "steady_mib": _rss_mib()})
+    out["cpu_s"] = round(time.process_time() - started, 1)
     out["steady_end_mib"] = out["pages"][-1]["steady_mib"]
     out["steady_max_mib"] = max(p["steady_mib"] for p in out["pages"])
     out["peak_max_mib"] = max(p["peak_mib"] for p in out["pages"])
