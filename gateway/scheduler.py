@@ -399,7 +399,8 @@ class Scheduler:
         room = self.replicas.has_room()
         doc = self.fair.pick(now, self.replicas.document_quota()) if room else None
         if doc is None:  # about to wait: tidy first, then wait for what comes first
-            self._tidy(now)
+            if self._tidied_at != now:
+                self._tidy(now)
             wake = self.fair.next_wake(now)
             if not room:
                 wake = min(filter(None, (wake, self.replicas.next_change())), default=None)
