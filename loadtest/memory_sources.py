@@ -1,8 +1,9 @@
 """Where a worker's memory goes on large pages (docs/operations.md, "Memory"): the real engine
-on onnxruntime, 1 thread, in a fresh process per allocator variant (VARIANTS), ten large
-generated pages one after another, per page the RSS after it (steady) and the most during it
-(peak); then one 300-dpi A4 page's peak split between the detector's activations and the
-pipeline's numpy arrays, and OCR_DET_MAX_SIDE's trade (peak and word recall per cap).
+on onnxruntime (and OpenVINO bf16 beside it), 1 thread, in a fresh process per variant
+(VARIANTS: allocator settings, backends), ten large generated pages one after another, per
+page the RSS after it (steady) and the most during it (peak), and the CPU seconds of the ten;
+then one 300-dpi A4 page's peak split between the detector's activations and the pipeline's
+numpy arrays, and OCR_DET_MAX_SIDE's trade (peak and word recall per cap).
 
 Run: python -m loadtest.memory_sources [variant ...]; writes memory_sources.json. Not part of
 `make bench`."""
