@@ -310,3 +310,33 @@ def test_no_cache_reads_nothing_and_no_store_keeps_nothing(cache):
     no_cache.finish(RESULT, "engine-1", "http://w")
     assert document(cache).lookup(b"q", "image").result == RESULT
     assert entry is None
+
+
+def stored_meanwhile(cache, holder):
+    """cache.get whose first answer is a miss, after which the holder stores its answer and
+    lets go: the interleaving of a look, then the holder finishing, then a claim."""
+    real_get, calls = cache.get, []
+
+    def get(key):
+        result = real_get(key)
+        if not calls:
+            calls.append(key)
+            holder.finish(RESULT, "engine-1", "http://w")
+        return result
+    return get
+
+
+@pytest.mark.parametrize("path", ["lookup", "waiting"])
+def test_a_page_stored_between_a_look_and_a_claim_is_not_read_again(cache, monkeypatch, path):
+    holder = document(cache).lookup(b"page", "image")
+    assert holder.token
+    if path == "lookup":
+        monkeypatch.setattr(cache, "get", stored_meanwhile(cache, holder))
+        entry = document(cache).lookup(b"page", "image")
+    else:
+        entry = document(cache).lookup(b"page", "image")
+        assert entry.waiting
+        monkeypatch.setattr(cache, "get", stored_meanwhile(cache, holder))
+        assert entry.poll(time.monotonic())
+    assert entry.result == RESULT and entry.token is None  # answered, not sent
+    assert not cache.claimed(entry.key)  # and no claim left behind

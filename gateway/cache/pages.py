@@ -237,10 +237,8 @@ class Entry:
         if self.result is not None:
             metrics.CACHE_LOOKUPS.labels("hit").inc()
             return
-        token = secrets.token_hex(8)
-        if self.cache.claim(self.key, token):
-            self.token = token
-            metrics.CACHE_LOOKUPS.labels("miss").inc()
+        if self._claim():
+            metrics.CACHE_LOOKUPS.labels("miss" if self.result is None else "hit").inc()
             return
         self.waiting = True  # the page is being read elsewhere: wait for it
         metrics.CACHE_LOOKUPS.labels("dedup_wait").inc()
@@ -265,12 +263,27 @@ class Entry:
                 return False
             metrics.CACHE_TAKEOVERS.labels("deadline").inc()
             return True  # sent after all, unclaimed: the holder may still store it
-        token = secrets.token_hex(8)
-        if self.cache.claim(self.key, token):  # the first attempt failed: we take over
-            self.token = token
-            metrics.CACHE_TAKEOVERS.labels("released").inc()
+        if self._claim():  # the first attempt failed: we take over (or it was just stored)
+            if self.result is None:
+                metrics.CACHE_TAKEOVERS.labels("released").inc()
+            else:
+                metrics.CACHE_LOOKUPS.labels("dedup_hit").inc()
             return True
         return now >= self.give_up_at  # another waiter took it over: wait for it
+
+    def _claim(self) -> bool:
+        """Claim the key; False when someone else holds it. A holder stores its answer and
+        then lets go, which can fall between our look and our claim: so we look once more,
+        and with the answer there, let go again and take it (`result`)."""
+        token = secrets.token_hex(8)
+        if not self.cache.claim(self.key, token):
+            return False
+        self.result = self.cache.get(self.key)
+        if self.result is None:
+            self.token = token
+        else:
+            self.cache.release(self.key, token)
+        return True
 
     def finish(self, result: dict[str, Any], engine: str | None, url: str) -> None:
         """The replica at `url` answered this chunk with `result` (engine `engine`): stored
