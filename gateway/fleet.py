@@ -91,6 +91,11 @@ class FleetView:
                 self._documents, self._seq = documents, self._seq + 1
             return was_busy != bool(documents or held)
 
+    def demand(self) -> tuple[int, int]:
+        """(documents with pages to send, held pages), as last set."""
+        with self._lock:
+            return self._documents, self._held
+
     def untold(self) -> bool:
         """This process went quiet or woke since it last told so, and other gateway processes
         are on the board. When it goes quiet, they keep a share for it until its last entries

@@ -283,7 +283,6 @@ class Scheduler:
         self.failure: str | None = None
         self._cond = threading.Condition()
         self._stop = False
-        self._demand = (0, 0)  # what _tell_demand last told the replica set
         self._tidied_at = float("-inf")
         self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
         replicas.on_change(self._wake)
@@ -343,9 +342,7 @@ class Scheduler:
                 queued += 1
             else:
                 held += doc.inflight
-        if (queued, held) != self._demand:  # told on every page's events: mostly no news
-            self._demand = (queued, held)
-            self.replicas.set_demand(queued, held)
+        self.replicas.set_demand(queued, held)
 
     def snapshot(self) -> dict[str, int]:
         with self._cond:

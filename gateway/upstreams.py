@@ -145,7 +145,6 @@ class ReplicaSet:
         self._rotation = itertools.count()
         self._balanced_at = float("-inf")
         self._news = True  # demand or a board changed since the last rebalance
-        self._documents = 0  # the scheduler's documents with pages to send, last told
         self._limit = 1  # pages this process may keep out in all (its share of the fleet)
         self._quota: int | None = None  # chunks in flight per document (gateway.fleet)
         self._probe_skip_s = 0.0  # the health interval, once probing runs
@@ -171,15 +170,17 @@ class ReplicaSet:
     def set_demand(self, documents: int, held: int = 0) -> None:
         """The scheduler's documents with pages to send, and the pages in flight of those
         with none left: this process's weight in the fleet (gateway.fleet)."""
+        before = self.fleet.demand()
+        if (documents, held) == before:  # told on every page's events: mostly no news
+            return
         if self.fleet.set_demand(documents, held):
             self._wake.set()  # the health thread tells the other gateways (`tell`)
         with self._lock:
             self._news = True
-            if documents > self._documents:  # taken into the limit before the next page goes
-                # out: a new image's quota must not go to a long document in the meantime (less
+            if documents > before[0]:  # taken into the limit before the next page goes out:
+                # a new image's quota must not go to a long document in the meantime (less
                 # demand, room given back, waits for the next rebalance, REBALANCE_S)
                 self._balanced_at = float("-inf")
-            self._documents = documents
 
     # ---- the share -----------------------------------------------------------------------------
     def _rebalance(self, now: float) -> None:
