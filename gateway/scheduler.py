@@ -42,7 +42,7 @@ from .budget import RetryBudget
 from .dispatch import Attempt, ReplicaClient
 from .outcome import Outcome
 from .split import Chunk
-from .upstreams import NoReplicas, Replica, ReplicaSet
+from .upstreams import LOOK_GAP_S, NoReplicas, Replica, ReplicaSet
 
 log = logging.getLogger("gateway.scheduler")
 
@@ -53,6 +53,8 @@ CLIENT_CHECK_S = 0.5  # how often a waiting request checks that its client is st
 ABANDON_AFTER_S = 60.0  # past its deadline, a document nobody reads is dropped from the queue
 RETRY_CAP_S = 30.0  # the longest wait before a failed page is tried again
 TIDY_S = 0.05  # deadlines and abandoned documents are looked at least this often
+URGENT_HOLD_S = 1.0  # an urgent page waits at most this long for room to start at once,
+# and at most half a page time (sent to a busy worker, it waits for a page's rest)
 
 
 class Source(Protocol):
@@ -224,17 +226,19 @@ class FairQueue:
     def documents(self) -> list[Document]:
         return [doc for ring in self._rings.values() for doc in ring]
 
-    def pick(self, now: float, quota: int | None = None) -> Document | None:
+    def pick(self, now: float, quota: int | None = None, hold_s: float = 0.0) -> Document | None:
         """The next document with a chunk to send now: of the first priority class that has
         one, the document with the fewest chunks in flight, ties in turn (it then moves to the
         back of its ring). So documents share the fleet's slots evenly, and a new document
         (nothing in flight yet) gets the very next free slot. A document already at `quota`
         chunks in flight (its equal share of the whole fleet, gateway.fleet) waits: the room
-        another document leaves is not its to take."""
+        another document leaves is not its to take. `hold_s`: no worker has room for a page
+        to start at once, so an urgent document waits that long since it came for some."""
         for priority in PRIORITIES:
             ring = self._rings[priority]
             ready = [(doc.inflight, turn, doc) for turn, doc in enumerate(ring)
-                     if doc.sendable(now) and (quota is None or doc.inflight < quota)]
+                     if doc.sendable(now) and (quota is None or doc.inflight < quota)
+                     and not self._held(doc, now, hold_s)]
             if ready:
                 doc = min(ready, key=lambda item: item[:2])[2]
                 ring.remove(doc)
@@ -242,8 +246,18 @@ class FairQueue:
                 return doc
         return None
 
-    def next_wake(self, now: float) -> float | None:
-        """The earliest time a waiting retry or a deadline needs the scheduler's attention."""
+    @staticmethod
+    def _held(doc: Document, now: float, hold_s: float) -> bool:
+        return hold_s > 0 and doc.urgent and now < doc.admitted_at + hold_s
+
+    def holding(self, now: float, hold_s: float) -> bool:
+        """An urgent document would be held now (`pick`): it waits for room to start."""
+        return any(self._held(doc, now, hold_s) and doc.sendable(now)
+                   for doc in self._rings[INTERACTIVE])
+
+    def next_wake(self, now: float, hold_s: float = 0.0) -> float | None:
+        """The earliest time a waiting retry, a deadline or the end of a hold needs the
+        scheduler's attention."""
         times = []
         for doc in self.documents():
             if not doc.stopped:
@@ -251,6 +265,8 @@ class FairQueue:
                 retry = doc.earliest_retry()
                 if retry is not None:
                     times.append(retry)
+                if self._held(doc, now, hold_s):
+                    times.append(doc.admitted_at + hold_s)
         return min(times) if times else None
 
     def abandoned(self, now: float, after_s: float) -> list[Document]:
@@ -284,6 +300,7 @@ class Scheduler:
         self._cond = threading.Condition()
         self._stop = False
         self._tidied_at = float("-inf")
+        self._page_s: float | None = None  # what a page's attempt took lately (`_hold_s`)
         self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
         replicas.on_change(self._wake)
 
@@ -335,10 +352,14 @@ class Scheduler:
     def _tell_demand(self) -> None:
         """Under the lock: this process's weight in the fleet (gateway.fleet): its documents
         with chunks still to send, and the chunks in flight of those with none left (they
-        hold a slot each, and no more)."""
+        hold a slot each, and no more). An urgent document holds its one slot from the
+        start: waiting for a worker to start it, it must not take a whole document's quota
+        of the fleet from the others' documents."""
         queued = held = 0
         for doc in self.fair.documents():
-            if doc.has_queued():
+            if doc.urgent:
+                held += 1 if doc.has_queued() else doc.inflight
+            elif doc.has_queued():
                 queued += 1
             else:
                 held += doc.inflight
@@ -394,11 +415,19 @@ class Scheduler:
         if now - self._tidied_at >= TIDY_S:
             self._tidy(now)
         room = self.replicas.has_room()
-        doc = self.fair.pick(now, self.replicas.document_quota()) if room else None
+        hold_s = self._hold_s()
+        if not (room and self.fair.holding(now, hold_s) and not self.replicas.starts_at_once()):
+            hold_s = 0.0
+        doc = self.fair.pick(now, self.replicas.document_quota(), hold_s) if room else None
         if doc is None:  # about to wait: tidy first, then wait for what comes first
             if self._tidied_at != now:
                 self._tidy(now)
-            wake = self.fair.next_wake(now)
+            holding = hold_s and self.fair.holding(now, hold_s)  # (not if the tidy stopped it)
+            if holding and self.replicas.look_due():
+                self.executor.submit(self.replicas.look)  # an urgent page waits: find room
+            wake = self.fair.next_wake(now, hold_s)
+            if holding:
+                wake = min(filter(None, (wake, now + LOOK_GAP_S)))
             if not room:
                 wake = min(filter(None, (wake, self.replicas.next_change())), default=None)
             self._cond.wait(timeout=_until(wake, now, cap=1.0 if not room else 5.0))
@@ -408,6 +437,11 @@ class Scheduler:
         if not doc.has_queued():
             self._tell_demand()
         return doc, task
+
+    def _hold_s(self) -> float:
+        """How long an urgent page may wait for a worker to start it at once (`FairQueue.pick`):
+        URGENT_HOLD_S, and at most half a page time, as this process's pages took lately."""
+        return URGENT_HOLD_S if self._page_s is None else min(URGENT_HOLD_S, self._page_s / 2)
 
     def _tidy(self, now: float) -> None:
         """Under the lock: stop the documents past their deadline, finish the abandoned ones.
@@ -504,8 +538,11 @@ class Scheduler:
                           pages=[i + 1 for i in doc.groups[task.position]],
                           attempt=task.attempts + 1) as span:
             try:
+                started = time.monotonic()
                 attempt = self.client.post(replica, doc.body(task.chunk), log_id=doc.log_id,
                                            deadline=doc.deadline, first=doc.urgent)
+                if attempt.outcome is Outcome.OK and not doc.urgent:
+                    self._timed(time.monotonic() - started)
             except Exception as exc:  # never lose a page to a bug in the send path
                 log.exception("sending a chunk failed")
                 attempt = Attempt(Outcome.FAILED, None, {},
@@ -520,6 +557,10 @@ class Scheduler:
         except Exception as exc:  # an answer nothing expected: that chunk fails, not the rest
             log.exception("handling a replica's answer failed", extra={"logId": doc.log_id})
             self._chunk_fault(doc, task, replica.url, exc)
+
+    def _timed(self, seconds: float) -> None:
+        page_s = self._page_s  # (a lost update between send threads changes nothing much)
+        self._page_s = seconds if page_s is None else page_s + 0.1 * (seconds - page_s)
 
     def _settle(self, doc: Document, task: Task, url: str, attempt: Attempt) -> None:
         outcome = attempt.outcome

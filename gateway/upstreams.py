@@ -21,6 +21,14 @@ so the waiting page (an image, say) starts soonest. A ready replica that answere
 within three health intervals is not probed (its room is known, and at 64 replicas and up
 probes would cost more than pages).
 
+An urgent page (an image: one page, interactive) goes out when it can start at once: to a
+replica whose worker had no page when last heard (with a list or DNS name), or, behind a
+balancer, when the last answer or probe came from an idle worker and nothing was sent since
+(nginx `least_conn` gives the next request to that worker). Until
+then it waits in the gateway, where the next answer brings it room, and a probe (`look`) asks
+for some (gateway.scheduler holds it, at most URGENT_HOLD_S): sent into a full fleet it would
+wait behind a whole page at some worker.
+
 Busy is not down: a 503/429 pauses the replica briefly (a short, growing pause) and never
 ejects it. Only connection errors and timeouts eject a replica (not in load-balancer mode:
 nginx does its own passive health checks). An ejected replica is on probation: after
@@ -59,6 +67,7 @@ MODE_LIST = "list"
 MODE_DNS = "dns"
 REBALANCE_S = 0.05  # the share follows news (demand, boards) at most this often...
 REBALANCE_IDLE_S = 1.0  # ...and at least this often (board entries age out)
+LOOK_GAP_S = 0.05  # probes for room for an urgent page go at most this often
 TELL_GAP_S = 0.5  # "this process went quiet / woke" is told by probes at most this often
 WORKER_ID_TTL_S = 120.0  # a worker process not heard behind a URL this long is forgotten
 
@@ -105,6 +114,11 @@ class Replica:
     def has_room(self, now: float) -> bool:
         return self.eligible(now) and self.busy_until <= now and self.inflight < self.slots
 
+    def starts_at_once(self, now: float) -> bool:
+        """A page sent now starts without waiting behind another: its worker had none when
+        last heard, counting ours sent since."""
+        return self.has_room(now) and self.load < 1
+
 
 def _staleness(replica: Replica) -> float:
     """The tie-break between replicas that look equally loaded. An empty one heard from
@@ -148,6 +162,9 @@ class ReplicaSet:
         self._limit = 1  # pages this process may keep out in all (its share of the fleet)
         self._quota: int | None = None  # chunks in flight per document (gateway.fleet)
         self._probe_skip_s = 0.0  # the health interval, once probing runs
+        self._room_seen = False  # behind a balancer: the last worker heard has room, and
+        # nothing was sent since (see `starts_at_once`)
+        self._looked_at = float("-inf")
         self._stop = threading.Event()
         self._wake = threading.Event()  # the health thread: stop, or tell the fleet news
         self._listeners: list[Callable[[], None]] = []
@@ -177,9 +194,10 @@ class ReplicaSet:
             self._wake.set()  # the health thread tells the other gateways (`tell`)
         with self._lock:
             self._news = True
-            if documents > before[0]:  # taken into the limit before the next page goes out:
-                # a new image's quota must not go to a long document in the meantime (less
-                # demand, room given back, waits for the next rebalance, REBALANCE_S)
+            if documents > before[0] or held > before[1]:  # taken into the limit before
+                # the next page goes out: a new image's room must not go to a long document
+                # in the meantime (less demand, room given back, waits for the next
+                # rebalance, REBALANCE_S)
                 self._balanced_at = float("-inf")
 
     # ---- the share -----------------------------------------------------------------------------
@@ -235,6 +253,7 @@ class ReplicaSet:
                                            (item[0] - turn) % count))[1]
             chosen.inflight += 1
             chosen.load += 1
+            self._room_seen = False
             return chosen
 
     def has_room(self) -> bool:
@@ -243,6 +262,46 @@ class ReplicaSet:
             self._rebalance(now)
             return (sum(r.inflight for r in self._replicas.values()) < self._limit
                     and any(r.has_room(now) for r in self._replicas.values()))
+
+    def starts_at_once(self) -> bool:
+        """A page sent now would start at once (module docstring): the urgent page's test."""
+        with self._lock:
+            now = self._clock()
+            if self.mode == MODE_LOAD_BALANCER:
+                return self._room_seen
+            return any(r.starts_at_once(now) for r in self._replicas.values())
+
+    def look_due(self) -> bool:
+        """An urgent page waits for room: True (at most every LOOK_GAP_S) when a probe should
+        go out to find some (`look`, on a send thread)."""
+        with self._lock:
+            now = self._clock()
+            if now - self._looked_at < LOOK_GAP_S:
+                return False
+            self._looked_at = now
+            return True
+
+    def look(self) -> None:
+        """Probe for a worker with room for an urgent page: behind a balancer, one probe (nginx
+        sends it to the least busy worker); with a list or DNS name, the replicas heard from
+        longest ago (up to four) among those this process has nothing at."""
+        now, replicas = self._clock(), self.replicas()
+        if self.mode == MODE_LOAD_BALANCER:
+            targets = [r.url for r in replicas[:1]]
+        else:
+            idle = [r for r in replicas if r.inflight == 0 and r.eligible(now)]
+            targets = [r.url for r in sorted(idle, key=lambda r: r.heard_at)[:4]]
+        for url in targets:
+            ready, headers = self._probe(url, self.fleet.outgoing())
+            self.fleet.heard(headers.get(h.BOARD))
+            with self._lock:
+                replica = self._replicas.get(url)
+                if replica is not None and ready:
+                    self._heard_worker(replica, headers.get(h.WORKER), self._clock())
+                    self._heard_load(replica, h.int_header(headers, h.CAPACITY),
+                                     h.int_header(headers, h.FREE), finished=0,
+                                     now=self._clock())
+        self._notify()
 
     def _rebalance_due(self) -> float:
         return self._balanced_at + (REBALANCE_S if self._news else REBALANCE_IDLE_S)
@@ -298,13 +357,16 @@ class ReplicaSet:
     def _heard_load(self, replica: Replica, capacity: int | None, free: int | None,
                     finished: int, now: float) -> None:
         """What a worker said of its room: its admitted pages now (our own still there
-        included), or, without the headers, one page fewer for each of ours that came back."""
+        included), or, without the headers, one page fewer for each of ours that came back.
+        Behind a balancer, only whether that worker is idle: a page sent now starts at once."""
         if capacity is not None and free is not None and self.mode != MODE_LOAD_BALANCER:
             replica.capacity = capacity
             replica.load = float(capacity - free)
             replica.heard_at = now
         else:
             replica.load = max(0.0, replica.load - finished)
+        if self.mode == MODE_LOAD_BALANCER:  # without the headers there is no knowing: room
+            self._room_seen = capacity is None or free is None or free >= capacity
 
     def _busy(self, replica: Replica, now: float, retry_after_s: float | None) -> None:
         replica.busy_streak += 1

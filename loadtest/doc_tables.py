@@ -31,7 +31,7 @@ def fleet_table(result: dict[str, Any]) -> str:
              s["gateway_cpu_ms_per_page"], s["machine_busy"]] for s in result["shapes"]]
     lines = [_markdown(["shape", "page time", "pages/s ÷ capacity (documents running)",
                         "the same over the makespan", "finish spread", "image p95 (s)",
-                        "image p95 beyond one page (s)", "documents, images right",
+                        "image p95 beyond its own time (s)", "documents, images right",
                         "gateway CPU ms/page", "machine busy"], rows)]
     for growth in result.get("growth", []):
         lines.append(f"\nGrowth 16 → 64 replicas mid-run ({growth['mode']}): the new capacity "

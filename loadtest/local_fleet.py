@@ -115,8 +115,9 @@ class Fleet:
     DNS_NAME = "ocr-workers.bench.internal"
 
     def __init__(self, log_dir: Path, page_ms: float, replicas: int = 0,
-                 dns_mode: bool = False):
+                 dns_mode: bool = False, worker_env: dict[str, str] | None = None):
         self.log_dir, self.page_ms, self.dns_mode = log_dir, page_ms, dns_mode
+        self.worker_env = worker_env or {}
         self.port = free_port()  # the one worker port of DNS mode
         self.workers: list[ManagedProcess] = []
         self.others: list[ManagedProcess] = []
@@ -140,7 +141,7 @@ class Fleet:
         return [url_of(w).removeprefix("http://") for w in self.workers]
 
     def add_workers(self, count: int) -> None:
-        env, new = sim_worker_env(self.page_ms), []
+        env, new = sim_worker_env(self.page_ms, **self.worker_env), []
         for _ in range(count):
             index = len(self.workers) + len(new)
             host, port = ((f"127.0.{1 + (index + 2) // 250}.{2 + (index + 2) % 250}", self.port)

@@ -354,7 +354,7 @@ def plot_fleet(fleet: dict[str, Any], path: Path) -> Path:
                  f" pages/s, {fleet['documents']} x {fleet['pages']}-page PDFs + an image every "
                  f"{fleet['image_every_s']:g} s per gateway", fontsize=11)
     panels = [("efficiency", "pages/s / capacity (documents running)", 0.95, "at least"),
-              ("image_p95_wait_s", "image p95 beyond one page time (s)", 2.0, "at most"),
+              ("image_p95_s", "image p95 (s)", 2.0, "at most"),
               ("finish_spread", "finish spread / makespan", 0.15, "at most")]
     for axis, (key, title, goal, sense) in zip(axes, panels):
         values = [s.get(key) or 0 for s in shapes]

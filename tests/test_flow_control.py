@@ -18,7 +18,9 @@ from gateway.scheduler import BATCH, INTERACTIVE, Document, FairQueue, Scheduler
     SchedulerSettings
 from gateway.split import Chunk
 from gateway.fleet import FleetView
-from gateway.upstreams import MODE_LIST, MODE_LOAD_BALANCER, LimitSettings, ReplicaSet
+from gateway.upstreams import LOOK_GAP_S, MODE_LIST, MODE_LOAD_BALANCER, LimitSettings, \
+    ReplicaSet
+from services.ocr_api import headers as h
 from services.ocr_api.fleet_board import Board
 from services.ocr_api.errors import ApiError
 
@@ -180,6 +182,73 @@ def test_a_document_at_its_fleet_quota_leaves_the_room_to_the_others():
     fair.add(image)
     assert fair.pick(0, quota=3) is image
     assert fair.pick(0, quota=4) in (long_doc, image)
+
+
+def test_an_urgent_document_waits_for_room_to_start_at_once_but_not_for_ever():
+    fair = FairQueue()
+    long_doc, image = doc(40), doc(1)
+    fair.add(long_doc)
+    fair.add(image)
+    long_doc.inflight = 3
+    now = image.admitted_at
+    assert fair.holding(now, 0.5) and not long_doc.urgent
+    assert fair.pick(now, hold_s=0.5) is long_doc  # no worker would start it now
+    assert fair.next_wake(now, 0.5) == now + 0.5
+    assert fair.pick(now) is image  # room: it goes first
+    assert fair.pick(now + 0.5, hold_s=0.5) is image  # held no longer
+    assert not fair.holding(now + 0.5, 0.5)
+
+
+def test_behind_a_balancer_an_urgent_page_goes_when_the_last_worker_heard_has_room():
+    clock = Clock()
+    board = Board(clock=clock)
+    replicas = replica_set(["http://lb"], mode=MODE_LOAD_BALANCER, clock=clock,
+                           fleet=FleetView(board, default_target=4))
+    first, second, third = (replicas.acquire() for _ in range(3))
+    assert not replicas.starts_at_once()  # pages went out since anything was heard
+    replicas.release(first, answer(Outcome.OK, capacity=4, free=3))
+    assert not replicas.starts_at_once()  # its queued page runs now: a new one would wait
+    replicas.release(second, answer(Outcome.OK, capacity=4, free=4))
+    assert replicas.starts_at_once()  # nginx least_conn sends the next page there
+    replicas.acquire()
+    assert not replicas.starts_at_once()  # that room is taken
+    replicas.release(third, answer(Outcome.OK))  # an answer without the headers: no knowing
+    assert replicas.starts_at_once()
+
+
+def test_a_look_asks_the_balancer_for_room_at_most_every_look_gap():
+    clock = Clock()
+    probes = []
+
+    def probe(url, headers):
+        probes.append(url)
+        return True, {h.CAPACITY: "4", h.FREE: "4", h.WORKER: "w"}
+
+    replicas = ReplicaSet(mode=MODE_LOAD_BALANCER, urls=["http://lb"], probe=probe,
+                          clock=clock, fleet=FleetView(Board(clock=clock), default_target=4))
+    replicas.acquire()
+    assert not replicas.starts_at_once()
+    assert replicas.look_due() and not replicas.look_due()
+    replicas.look()
+    assert probes == ["http://lb"] and replicas.starts_at_once()
+    clock.now += 2 * LOOK_GAP_S
+    assert replicas.look_due()
+
+
+def test_with_a_list_an_urgent_page_goes_when_a_replica_has_room_to_start_it():
+    clock = Clock()
+    replicas = replica_set(["http://a", "http://b"], clock=clock,
+                           fleet=FleetView(Board(clock=clock), default_target=1))
+    replicas.probe_all()
+    assert replicas.starts_at_once()  # never heard busy
+    a, b = replicas.acquire(), replicas.acquire()
+    assert {a.url, b.url} == {"http://a", "http://b"}
+    assert not replicas.starts_at_once()  # one page each: a new one would wait
+    replicas.release(a, answer(Outcome.OK, capacity=4, free=3))
+    assert not replicas.starts_at_once()  # another gateway's page runs there
+    a.inflight += 1
+    replicas.release(a, answer(Outcome.OK, capacity=4, free=4))
+    assert replicas.starts_at_once()
 
 
 def test_a_document_past_its_deadline_is_never_picked_even_before_it_is_stopped():

@@ -286,3 +286,14 @@ def test_the_window_is_what_bounds_it(monkeypatch):
 
 def test_rendered_page_arrays_are_weakly_referenceable():
     weakref.ref(np.zeros(3))  # the live-page count above relies on it
+
+
+def test_the_sim_engine_charges_a_small_image_its_share_of_a_full_page():
+    import numpy as np
+
+    engine = SimEngine(WorkerConfig(engine="sim", sim_page_ms=1000, sim_page_pixels=1_000_000,
+                                    warmup=False))
+    assert engine.share_of_page(np.zeros((100, 500, 3), np.uint8)) == 0.05
+    assert engine.share_of_page(np.zeros((2000, 1500, 3), np.uint8)) == 1.0
+    fixed = SimEngine(WorkerConfig(engine="sim", warmup=False))
+    assert fixed.share_of_page(np.zeros((10, 10, 3), np.uint8)) == 1.0

@@ -102,6 +102,9 @@ class WorkerConfig(ServerSettings):
     metrics_port: int | None = setting("OCR_METRICS_PORT", None, 1, 65535)
 
     sim_page_ms: float = setting("OCR_SIM_PAGE_MS", 200.0, 0)
+    # pixels of a full page: a smaller image takes its share of OCR_SIM_PAGE_MS, as OCR time
+    # follows the pixels (0: every page takes the full time)
+    sim_page_pixels: int = setting("OCR_SIM_PAGE_PIXELS", 0, 0)
     sim_jitter_ms: float = setting("OCR_SIM_JITTER_MS", 0.0, 0)
     sim_load_ms: float = setting("OCR_SIM_LOAD_MS", 0.0, 0)
 

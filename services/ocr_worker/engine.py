@@ -169,10 +169,13 @@ SIM_MARK = "[simulated]"
 
 class SimEngine:
     """Sleeps a configured service time per page and returns deterministic text marked
-    as simulated. Only for measuring the fleet; never a default."""
+    as simulated. Only for measuring the fleet; never a default. With OCR_SIM_PAGE_PIXELS, an
+    image smaller than a full page takes its share of the time, as the real engine's time
+    follows the pixels (a one-line image: about 2 % of a dense page's)."""
 
     def __init__(self, config: WorkerConfig):
         self.page_s = config.sim_page_ms / 1000.0
+        self.page_pixels = config.sim_page_pixels
         self.jitter_s = config.sim_jitter_ms / 1000.0
         self.info = {"engine": "sim", "backend": "none", "device": "none",
                      "det_model": "none", "rec_model": "none",
@@ -190,9 +193,14 @@ class SimEngine:
         outputs = []
         for image in images:
             jitter = self._random.uniform(-self.jitter_s, self.jitter_s) if self.jitter_s else 0.0
-            time.sleep(max(0.0, self.page_s + jitter))
+            time.sleep(max(0.0, self.page_s * self.share_of_page(image) + jitter))
             outputs.append(SimPageOutput(image))
         return outputs
+
+    def share_of_page(self, image: np.ndarray) -> float:
+        if not self.page_pixels:
+            return 1.0
+        return min(1.0, image.shape[0] * image.shape[1] / self.page_pixels)
 
 
 @dataclass
