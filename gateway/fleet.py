@@ -21,10 +21,11 @@ Pure apart from a lock: the board's clock is injected."""
 from __future__ import annotations
 
 import math
+import random
 import secrets
 import threading
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 from services.ocr_api import headers
 from services.ocr_api.fleet_board import Board
@@ -56,11 +57,11 @@ class Share:
 
     def document_quota(self) -> int:
         """Chunks in flight one document with pages to send may have (at least one)."""
-        return max(1, round(self.quota))
+        return max(1, dither(self.quota))
 
     def limit(self, default_target: float) -> int:
         """Pages this process may keep outstanding behind one load balancer."""
-        return max(1, round(self.fraction * (self.slots or default_target)))
+        return max(1, dither(self.fraction * (self.slots or default_target)))
 
 
 class FleetView:
@@ -188,6 +189,17 @@ class FleetView:
             self._probe_round = (min(MAX_PROBE_ROUND, self._probe_round * 2) if met_new
                                  else FIRST_PROBE_ROUND)
             return met_new
+
+
+def dither(share: float, draw: Callable[[], float] = random.random) -> int:
+    """A share of the fleet in whole pages: its whole part, and one more with the chance of
+    its fraction. Drawn again at every rebalance, a document's pages in flight average its
+    exact quota: rounded, a quota of 8.49 in one gateway process and 8.51 in another (views of
+    the board a moment apart) would give their documents 8 and 9 pages, 12 % apart, for as
+    long as the views stay so."""
+    share = round(share, 9)  # a whole number computed a hair off stays whole
+    whole = math.floor(share)
+    return whole + (draw() < share - whole)
 
 
 def slots_of(target: float) -> int:

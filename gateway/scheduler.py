@@ -416,8 +416,8 @@ class Scheduler:
             self._tidy(now)
         room = self.replicas.has_room()
         hold_s = self._hold_s()
-        if not (room and self.fair.holding(now, hold_s) and not self.replicas.starts_at_once()):
-            hold_s = 0.0
+        waits = room and self.fair.holding(now, hold_s) and not self.replicas.starts_at_once()
+        hold_s = hold_s if waits else 0.0  # an urgent document waits for room to start
         doc = self.fair.pick(now, self.replicas.document_quota(), hold_s) if room else None
         if doc is None:  # about to wait: tidy first, then wait for what comes first
             if self._tidied_at != now:

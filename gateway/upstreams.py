@@ -24,10 +24,10 @@ probes would cost more than pages).
 An urgent page (an image: one page, interactive) goes out when it can start at once: to a
 replica whose worker had no page when last heard (with a list or DNS name), or, behind a
 balancer, when the last answer or probe came from an idle worker and nothing was sent since
-(nginx `least_conn` gives the next request to that worker). Until
-then it waits in the gateway, where the next answer brings it room, and a probe (`look`) asks
-for some (gateway.scheduler holds it, at most URGENT_HOLD_S): sent into a full fleet it would
-wait behind a whole page at some worker.
+(nginx `least_conn` gives the next request to that worker). Until then it waits in the
+gateway, where the next answer brings it room, and a probe (`look`) asks for some
+(gateway.scheduler holds it, at most URGENT_HOLD_S): sent into a full fleet it would wait
+behind a whole page at some worker.
 
 Busy is not down: a 503/429 pauses the replica briefly (a short, growing pause) and never
 ejects it. Only connection errors and timeouts eject a replica (not in load-balancer mode:
@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 from services.ocr_api import headers as h
 
 from .backoff import Backoff
-from .fleet import MAX_PROBE_ROUND, FleetView, slots_of
+from .fleet import MAX_PROBE_ROUND, FleetView, dither, slots_of
 from .outcome import Outcome
 
 if TYPE_CHECKING:
@@ -218,7 +218,7 @@ class ReplicaSet:
                 replica.target = known.target_of(replica.workers, self.fleet.default_target)
             fleet = sum(r.target for r in self._replicas.values() if r.eligible(now))
             share = self.fleet.share(replica_slots=fleet or None)
-            self._limit = max(1, round(share.fraction * fleet))
+            self._limit = max(1, dither(share.fraction * fleet))
         self._quota = share.document_quota()
 
     def document_quota(self) -> int | None:
@@ -285,22 +285,13 @@ class ReplicaSet:
         """Probe for a worker with room for an urgent page: behind a balancer, one probe (nginx
         sends it to the least busy worker); with a list or DNS name, the replicas heard from
         longest ago (up to four) among those this process has nothing at."""
-        now, replicas = self._clock(), self.replicas()
-        if self.mode == MODE_LOAD_BALANCER:
-            targets = [r.url for r in replicas[:1]]
-        else:
+        replicas = self.replicas()  # behind a balancer: its one URL
+        if self.mode != MODE_LOAD_BALANCER:
+            now = self._clock()
             idle = [r for r in replicas if r.inflight == 0 and r.eligible(now)]
-            targets = [r.url for r in sorted(idle, key=lambda r: r.heard_at)[:4]]
-        for url in targets:
-            ready, headers = self._probe(url, self.fleet.outgoing())
-            self.fleet.heard(headers.get(h.BOARD))
-            with self._lock:
-                replica = self._replicas.get(url)
-                if replica is not None and ready:
-                    self._heard_worker(replica, headers.get(h.WORKER), self._clock())
-                    self._heard_load(replica, h.int_header(headers, h.CAPACITY),
-                                     h.int_header(headers, h.FREE), finished=0,
-                                     now=self._clock())
+            replicas = sorted(idle, key=lambda r: r.heard_at)[:4]
+        for replica in replicas:
+            self._probe_one(replica)
         self._notify()
 
     def _rebalance_due(self) -> float:
@@ -426,15 +417,23 @@ class ReplicaSet:
         for replica in self.replicas():
             if not every and replica.ready and now - replica.heard_at < 3 * self._probe_skip_s:
                 continue  # it answered a page just now: alive, and its room is known
-            ready, headers = self._probe(replica.url, self.fleet.outgoing())
-            self.fleet.heard(headers.get(h.BOARD))
-            with self._lock:
-                replica.ready = ready
-                self._heard_worker(replica, headers.get(h.WORKER), self._clock())
-                self._heard_load(replica, h.int_header(headers, h.CAPACITY),
-                                 h.int_header(headers, h.FREE), finished=0, now=self._clock())
-                self._news = True
+            self._probe_one(replica)
         self._notify()
+
+    def _probe_one(self, replica: Replica) -> None:
+        """One /readyz probe carrying this process's board entry, and what it brings back:
+        the replica's readiness (not behind a balancer: nginx's business), its worker, its
+        room and the fleet board."""
+        ready, headers = self._probe(replica.url, self.fleet.outgoing())
+        self.fleet.heard(headers.get(h.BOARD))
+        with self._lock:
+            now = self._clock()
+            if self.mode != MODE_LOAD_BALANCER:
+                replica.ready = ready
+            self._heard_worker(replica, headers.get(h.WORKER), now)
+            self._heard_load(replica, h.int_header(headers, h.CAPACITY),
+                             h.int_header(headers, h.FREE), finished=0, now=now)
+            self._news = True
 
     def tell(self) -> None:
         """This process went quiet or woke up, and other gateways are on the board: probe

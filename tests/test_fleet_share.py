@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.dispatch import Attempt
-from gateway.fleet import FleetView, slots_of
+from gateway.fleet import FleetView, dither, slots_of
 from gateway.outcome import Outcome
 from gateway.upstreams import MODE_LIST, MODE_LOAD_BALANCER, ReplicaSet
 from services.ocr_api import headers
@@ -130,6 +130,13 @@ def test_pages_held_by_images_come_off_first_and_documents_share_the_rest_equall
     quota = (48 - 8) / 4  # 10 slots per long document
     assert view.share().fraction * 48 == pytest.approx(8 + 1 * quota)
     assert view.share().limit(2.0) == 18
+
+
+def test_a_share_in_whole_pages_averages_the_exact_share():
+    assert dither(8.25, draw=lambda: 0.2) == 9 and dither(8.25, draw=lambda: 0.3) == 8
+    assert dither(18.000000000001, draw=lambda: 0.0) == 18  # whole stays whole
+    draws = iter((i + 0.5) / 1000 for i in range(1000))
+    assert sum(dither(8.49, draw=lambda: next(draws)) for _ in range(1000)) == 8490
 
 
 def test_a_target_is_whole_pages_and_a_sliver_is_none():
