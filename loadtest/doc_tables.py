@@ -250,6 +250,8 @@ def _markdown(headers: list[str], rows: list[list[Any]]) -> str:
 TABLES: list[tuple[str, str, str, Callable[[dict[str, Any]], str]]] = [
     ("docs/capacity.md", "fleet-table", "fleet.json", fleet_table),
     ("docs/capacity.md", "fleet-before", "fleet-before.json", fleet_table),
+    ("docs/capacity.md", "fleet-images-sent-at-once", "fleet-images-sent-at-once.json",
+     fleet_table),
     ("docs/capacity.md", "fleet-list-1-process", "fleet-list-1-process.json", fleet_table),
     ("docs/capacity.md", "fleet-list-2-processes", "fleet-list-2-processes.json", fleet_table),
     ("docs/capacity.md", "gateway-memory", "gateway-memory.json", gateway_memory_table),
