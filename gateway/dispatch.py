@@ -50,6 +50,7 @@ class Attempt:
     board: str | None = None
     timed_out: bool = False  # no answer within the time allowed (a 504 to the caller)
     engine: str | None = None  # the engine identity the replica says it runs (page cache)
+    seconds: float = 0.0  # from sending to the whole answer
 
 
 def make_pool(maxsize: int) -> urllib3.PoolManager:
@@ -96,8 +97,9 @@ class ReplicaClient:
             return Attempt(Outcome.DOWN, None, {}, f"{replica.url} {kind} ({type(exc).__name__})",
                            timed_out=timed_out)
         finally:
+            seconds = time.monotonic() - started
             metrics.REPLICA_INFLIGHT.labels(replica.url).dec()
-            metrics.PAGE_SECONDS.observe(time.monotonic() - started)
+            metrics.PAGE_SECONDS.observe(seconds)
         payload = _json_or_empty(response.data)
         status = response.status
         return Attempt(classify(status), status, payload,
@@ -107,7 +109,7 @@ class ReplicaClient:
                        retry_after_s=h.int_header(response.headers, "Retry-After"),
                        worker=response.headers.get(h.WORKER),
                        board=response.headers.get(h.BOARD),
-                       engine=response.headers.get(h.ENGINE))
+                       engine=response.headers.get(h.ENGINE), seconds=seconds)
 
 
 def _json_or_empty(data: bytes) -> dict[str, Any]:

@@ -229,18 +229,18 @@ class FairQueue:
     def pick(self, now: float, quota: int | None = None, hold_s: float = 0.0) -> Document | None:
         """The next document with a chunk to send now: of the first priority class that has
         one, the document with the fewest chunks in flight, ties in turn (it then moves to the
-        back of its ring). So documents share the fleet's slots evenly, and a new document
-        (nothing in flight yet) gets the very next free slot. A document already at `quota`
+        back of its ring; an urgent one first among equals). So documents share the fleet's
+        slots evenly, and a new document (nothing in flight yet) gets the very next free slot. A document already at `quota`
         chunks in flight (its equal share of the whole fleet, gateway.fleet) waits: the room
         another document leaves is not its to take. `hold_s`: no worker has room for a page
         to start at once, so an urgent document waits that long since it came for some."""
         for priority in PRIORITIES:
             ring = self._rings[priority]
-            ready = [(doc.inflight, turn, doc) for turn, doc in enumerate(ring)
+            ready = [(doc.inflight, not doc.urgent, turn, doc) for turn, doc in enumerate(ring)
                      if doc.sendable(now) and (quota is None or doc.inflight < quota)
                      and not self._held(doc, now, hold_s)]
             if ready:
-                doc = min(ready, key=lambda item: item[:2])[2]
+                doc = min(ready, key=lambda item: item[:3])[3]
                 ring.remove(doc)
                 ring.append(doc)
                 return doc
@@ -538,11 +538,10 @@ class Scheduler:
                           pages=[i + 1 for i in doc.groups[task.position]],
                           attempt=task.attempts + 1) as span:
             try:
-                started = time.monotonic()
                 attempt = self.client.post(replica, doc.body(task.chunk), log_id=doc.log_id,
                                            deadline=doc.deadline, first=doc.urgent)
                 if attempt.outcome is Outcome.OK and not doc.urgent:
-                    self._timed(time.monotonic() - started)
+                    self._timed(attempt.seconds)
             except Exception as exc:  # never lose a page to a bug in the send path
                 log.exception("sending a chunk failed")
                 attempt = Attempt(Outcome.FAILED, None, {},

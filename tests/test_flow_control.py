@@ -23,6 +23,7 @@ from gateway.upstreams import LOOK_GAP_S, MODE_LIST, MODE_LOAD_BALANCER, LimitSe
 from services.ocr_api import headers as h
 from services.ocr_api.fleet_board import Board
 from services.ocr_api.errors import ApiError
+from tests.conftest import wait_until
 
 
 class Clock:
@@ -414,6 +415,53 @@ def test_only_a_one_page_interactive_document_asks_the_worker_to_read_it_first(r
         client.first.clear()
         assert len(texts(submit(scheduler, pages, priority=priority))) == pages
         assert client.first == [first] * pages
+
+
+def test_an_image_behind_a_full_fleet_goes_out_when_a_worker_frees_up_not_before():
+    """Behind a balancer, two pages of a long document fill the fleet. The first answer says
+    its worker still holds a page, and so does the probe the gateway sends to look for room:
+    the image waits in the gateway. The second answer says its worker is empty: the image
+    goes next, where nginx least_conn puts it on that worker."""
+    gates = {0: threading.Event(), 1: threading.Event()}
+    looked, sent = threading.Event(), []
+
+    class Client:
+        def post(self, replica, body, *, log_id, deadline, first=False):
+            page = int(body.decode())
+            sent.append(page)
+            if page in gates:
+                assert gates[page].wait(10)
+            payload = {"result": {"ocrResults": [{"prunedResult": {"rec_texts": [str(page)]}}],
+                                  "dataInfo": {"type": "pdf", "numPages": 1,
+                                               "pages": [{"width": 1, "height": 1}]}}}
+            return Attempt(Outcome.OK, 200, payload, "ok", capacity=4,
+                           free=3 if page == 0 else 4, seconds=2.0)
+
+    def probe(url, headers):
+        looked.set()
+        return True, {h.CAPACITY: "4", h.FREE: "3"}
+
+    replicas = ReplicaSet(mode=MODE_LOAD_BALANCER, urls=["http://lb"], probe=probe,
+                          fleet=FleetView(default_target=2))
+    executor = ThreadPoolExecutor(8)
+    scheduler = Scheduler(replicas, Client(), executor, SchedulerSettings(), RetryBudget())
+    try:
+        long_doc = scheduler.submit(Document([(i,) for i in range(4)], PageCutter(),
+                                             log_id="t", deadline=time.monotonic() + 30,
+                                             kind="pdf"))
+        assert wait_until(lambda: sent == [0, 1])  # the fleet is full
+        image = scheduler.submit(Document([(100,)], PageCutter(), log_id="i",
+                                          deadline=time.monotonic() + 30, kind="image"))
+        gates[0].set()  # answered by a worker that still holds a page
+        assert looked.wait(10)  # the image waits, and the gateway looks for room
+        assert 100 not in sent
+        gates[1].set()  # answered by a worker that is now empty
+        assert texts(image) == ["100"]
+        assert sent.index(100) == 2  # the first page out after the empty worker's answer
+        assert texts(long_doc) == ["0", "1", "2", "3"]
+    finally:
+        scheduler.stop()
+        executor.shutdown(wait=True)
 
 
 def test_a_failed_page_is_retried_on_another_replica(run_scheduler):
