@@ -357,7 +357,10 @@ class ReplicaSet:
         else:
             replica.load = max(0.0, replica.load - finished)
         if self.mode == MODE_LOAD_BALANCER:  # without the headers there is no knowing: room
-            self._room_seen = capacity is None or free is None or free >= capacity
+            room = capacity is None or free is None or free >= capacity
+            # an answer says where the next page goes; a probe only ever finds room (one that
+            # finds none may come back after an answer that found some)
+            self._room_seen = room if finished else self._room_seen or room
 
     def _busy(self, replica: Replica, now: float, retry_after_s: float | None) -> None:
         replica.busy_streak += 1

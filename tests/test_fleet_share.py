@@ -207,7 +207,9 @@ def test_two_gateways_behind_one_balancer_fill_64_workers_in_proportion_to_their
         fleet.step([a, b])
     limits = [r.replicas()[0].slots for r in (a, b)]
     assert sum(limits) == pytest.approx(64 * 1.05, abs=2)  # every card busy, few waiting
-    assert limits[0] == pytest.approx(3 * limits[1], abs=2)  # per document, not per gateway
+    # per document, not per gateway: 3/4 and 1/4 of the 67.2 slots, each in whole pages
+    # (dithered: the whole part, or one more)
+    assert abs(limits[0] - 67.2 * 3 / 4) < 1 and abs(limits[1] - 67.2 / 4) < 1
     # kubectl scale 64 -> 128: probes and pages meet the new workers, the limits follow
     fleet.add(64)
     for _ in range(4):  # probes and pages meet the new workers: in one round trip for most
