@@ -230,9 +230,9 @@ class FairQueue:
         """The next document with a chunk to send now: of the first priority class that has
         one, the document with the fewest chunks in flight, ties in turn (it then moves to the
         back of its ring; an urgent one first among equals). So documents share the fleet's
-        slots evenly, and a new document (nothing in flight yet) gets the very next free slot. A document already at `quota`
-        chunks in flight (its equal share of the whole fleet, gateway.fleet) waits: the room
-        another document leaves is not its to take. `hold_s`: no worker has room for a page
+        slots evenly, and a new document (nothing in flight yet) gets the very next free
+        slot. A document already at `quota` chunks in flight (its equal share of the whole
+        fleet, gateway.fleet) waits: the room another document leaves is not its to take. `hold_s`: no worker has room for a page
         to start at once, so an urgent document waits that long since it came for some."""
         for priority in PRIORITIES:
             ring = self._rings[priority]
