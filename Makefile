@@ -85,8 +85,23 @@ bench-accuracy: install
 bench-paddlex: install
 	$(PY) -m loadtest.bench_paddlex
 
+# `make loadtest`: Locust, headless, against a running fleet (loadtest/README.md: the knobs);
+# it fails when a request failed (a wrong answer counts) or HOST is not ready (and says which)
+comma := ,
+HOST ?= http://127.0.0.1:8080
+USERS ?= 10
+SPAWN_RATE ?= 2
+DURATION ?= 60s
+RESULTS_DIR ?= bench/results
 loadtest: install
-	$(PY) -m loadtest.run_locust
+	@$(PY) -c 'import sys, urllib.request as u; u.urlopen(sys.argv[1] + "/readyz", timeout=5)' \
+	  $(HOST) 2>/dev/null || { echo "$(HOST)/readyz is not ready: start a fleet first" \
+	  "(make run) or set HOST to a ready /ocr endpoint" >&2; exit 1; }
+	mkdir -p $(RESULTS_DIR)
+	PYTHONPATH=. $(VENV)/bin/locust -f loadtest/locustfile.py --headless --host $(HOST) \
+	  --users $(USERS) --spawn-rate $(SPAWN_RATE) --run-time $(DURATION) --stop-timeout 30 \
+	  --csv $(RESULTS_DIR)/locust --csv-full-history --html $(RESULTS_DIR)/locust.html \
+	  --only-summary $(subst $(comma), ,$(LOCUST_CLASSES))
 
 screenshots: install
 	$(PY) -m scripts.ui_screenshots

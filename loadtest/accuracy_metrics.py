@@ -1,19 +1,15 @@
 """Scoring OCR text against ground truth: character error rate (CER) and word F1, after the same
-normalisation on both sides. Pure functions (rapidfuzz for the edit distance).
-
-Normalisation: Unicode NFC (not NFKC: a full-width colon in English text is a recognition
-error a reader and a search both notice); typographic quotes and dashes to their ASCII forms
-(a scan's curly apostrophe and the model's straight one are the same character to a reader);
-no space before , . ; : ? ! (old typesetting puts one there, OCR may not) and none next to a
-CJK character (Chinese has none; the model may put one); runs of spaces to one; lines joined
-in reading order. CER = edit distance / truth length, summed over pages."""
+normalisation on both sides (rapidfuzz for the edit distance). Normalisation: Unicode NFC (not
+NFKC: a full-width colon in English text is an error a reader notices); typographic quotes and
+dashes to ASCII; no space before , . ; : ? ! nor next to a CJK character; runs of spaces to one;
+lines joined in reading order. CER = edit distance / truth length, summed over pages."""
 
 from __future__ import annotations
 
 import re
 import unicodedata
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 
 from rapidfuzz.distance import Levenshtein
 
@@ -28,43 +24,33 @@ _CJK_CHARS = "\u3000-\u303f\u3400-\u9fff\uf900-\ufaff\uff00-\uffef"
 _SPACE_BY_CJK = re.compile(rf"(?<=[{_CJK_CHARS}]) +| +(?=[{_CJK_CHARS}])")
 
 
-def normalize_line(line: str) -> str:
-    text = unicodedata.normalize("NFC", line).translate(_TRANSLATE)
+def normalize_lines(lines: list[str]) -> str:
+    """One string per page, lines joined by a space: where a line breaks is layout."""
+    text = unicodedata.normalize("NFC", " ".join(lines)).translate(_TRANSLATE)
     text = _SPACE_BEFORE_PUNCT.sub(r"\1", _SPACES.sub(" ", text))
     return _SPACE_BY_CJK.sub("", text).strip()
 
 
-def normalize_lines(lines: list[str]) -> str:
-    """One string per page, lines joined by a space: where a line breaks (a table row read
-    as one line or as one line per cell) is layout, not recognition."""
-    return normalize_line(" ".join(lines))
-
-
 def words(text: str) -> list[str]:
-    """Words for F1: Latin words and numbers as written; each CJK character on its own (Chinese
-    has no spaces, and the model may or may not put one between characters)."""
-    tokens = []
+    """Latin words and numbers as written; each CJK character on its own (Chinese has no
+    spaces, and the model may or may not put one between characters)."""
+    tokens: list[str] = []
     for token in _WORD.findall(text):
-        if _CJK.search(token):
-            tokens.extend(char for char in token if not char.isspace())
-        else:
-            tokens.append(token)
+        tokens += list(token) if _CJK.search(token) else [token]  # \w+ holds no spaces
     return tokens
 
 
 @dataclass
 class Score:
-    chars: int = 0  # truth characters
+    """Summed over pages: truth characters, edits, words in the truth, read, and in both."""
+    chars: int = 0
     edits: int = 0
     truth_words: int = 0
     ocr_words: int = 0
     matched_words: int = 0
 
-    def add(self, other: "Score") -> "Score":
-        return Score(*(a + b for a, b in zip(self.astuple(), other.astuple())))
-
-    def astuple(self) -> tuple[int, ...]:
-        return (self.chars, self.edits, self.truth_words, self.ocr_words, self.matched_words)
+    def __add__(self, other: Score) -> Score:
+        return Score(*(a + b for a, b in zip(astuple(self), astuple(other))))
 
     @property
     def cer(self) -> float:
@@ -82,13 +68,11 @@ class Score:
 def score_page(ocr_lines: list[str], truth_lines: list[str]) -> Score:
     ocr, truth = normalize_lines(ocr_lines), normalize_lines(truth_lines)
     ocr_words, truth_words = Counter(words(ocr)), Counter(words(truth))
-    return Score(chars=len(truth), edits=Levenshtein.distance(ocr, truth),
-                 truth_words=sum(truth_words.values()), ocr_words=sum(ocr_words.values()),
-                 matched_words=sum((ocr_words & truth_words).values()))
+    return Score(len(truth), Levenshtein.distance(ocr, truth), truth_words.total(),
+                 ocr_words.total(), (ocr_words & truth_words).total())
 
 
 def changed_lines(ocr_lines: list[str], reference_lines: list[str]) -> int:
-    """How many lines differ from a reference run's (same engine pipeline, other setting):
-    0 means the setting did not alter the text."""
+    """How many lines differ from a reference run's (0: the setting did not alter the text)."""
     ocr, reference = Counter(ocr_lines), Counter(reference_lines)
-    return max(sum((ocr - reference).values()), sum((reference - ocr).values()))
+    return max((ocr - reference).total(), (reference - ocr).total())

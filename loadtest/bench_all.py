@@ -1,8 +1,7 @@
-"""`make bench`: every benchmark in PARTS (loadtest/README.md lists them), one summary table,
-the JSON files and plots under bench/results/ and summary.json. BENCH_QUICK=1 shortens every
-part, BENCH_SKIP (comma-separated part names) leaves parts out. Exit status 0 when every part
-ran and every answer was right; missed goals show as FAIL in the table (measurements, not
-errors)."""
+"""`make bench`: every benchmark in PARTS (loadtest/README.md), one summary table, each part's
+JSON (and plot) under bench/results/ and summary.json. BENCH_QUICK=1 shortens every part,
+BENCH_SKIP (part names) leaves parts out. Exit status 0 when every part ran and every answer was
+right; a missed goal shows as FAIL in the table (a measurement, not an error)."""
 
 from __future__ import annotations
 
@@ -21,10 +20,8 @@ PARTS: dict[str, Any] = {
 
 
 def main() -> int:
-    skip = set(report.names("BENCH_SKIP"))
-    rows: list[list[Any]] = []
+    skip, broken = set(report.names("BENCH_SKIP")), False
     summary: dict[str, Any] = {"parts": {}, **report.stamp()}
-    broken = False
     started = time.monotonic()
     for name, bench in PARTS.items():
         if name in skip:
@@ -32,35 +29,43 @@ def main() -> int:
         report.say(f"== {name} ==")
         part_started = time.monotonic()
         try:
-            result, part_rows = report.run(bench)
+            result, rows = report.run(bench)
         except Exception as exc:  # one broken part must not hide the others' figures
             traceback.print_exc()
-            rows.append([name, f"ERROR: {type(exc).__name__}: {exc}"[:90], "-", "ERROR"])
-            summary["parts"][name] = {"error": repr(exc)}
+            summary["parts"][name] = {"error": repr(exc), "rows": [
+                [f"ERROR: {type(exc).__name__}: {exc}"[:90], "-", "-", "ERROR"]]}
             broken = True
             continue
-        if hasattr(bench, "table"):
-            print(bench.table(result), flush=True)
         failures = report.wrong_answers(bench, result)
         if failures:
-            rows.append([f"{name}: wrong answers or errors", str(failures), "0", "FAIL"])
+            rows = [[f"{name}: wrong answers or errors", str(failures), "0", "FAIL"], *rows]
             broken = True
-        rows.extend(part_rows)
-        summary["parts"][name] = {"file": bench.FILE, "rows": part_rows,
-                                  "wrong_answers": failures, "engines": result.get("engines"),
+        summary["parts"][name] = {"file": bench.FILE, "rows": rows, "wrong_answers": failures,
+                                  "engines": result.get("engines"),
                                   "seconds": round(time.monotonic() - part_started, 1)}
-    summary["rows"] = rows
     summary["seconds"] = round(time.monotonic() - started, 1)
     path = report.write_json("summary.json", summary)
-    machine = summary["machine"]
-    print()
-    print(f"ocrfleet benchmarks ({machine['cpus']} CPUs, {machine['cpu_model'] or 'CPU'}, "
-          f"bf16 {'yes' if machine['bf16'] else 'no'}, no accelerator; "
-          f"{summary['seconds']:.0f} s{', BENCH_QUICK' if report.quick() else ''})")
-    print(report.table(report.HEADERS, rows))
-    print(f"results: {path.parent}/ (summary.json, "
-          + ", ".join(bench.FILE for bench in PARTS.values()) + ", scaling.png, logs/)")
+    print(table(summary))
+    print(f"results: {path.parent}/")
     return 1 if broken else 0
+
+
+def table(summary: dict[str, Any]) -> str:
+    """One `make bench` run (summary.json): every part's rows, and the engines its workers
+    reported."""
+    rows = [[name, *row] for name, part in summary["parts"].items() if "rows" in part
+            for row in part["rows"]]
+    broken = [name for name, part in summary["parts"].items() if "error" in part]
+    by_engine: dict[str, list[str]] = {}
+    for name, part in summary["parts"].items():
+        if part.get("engines"):
+            by_engine.setdefault(report.engine_label(part["engines"]), []).append(name)
+    engines = "; ".join(f"{label} ({', '.join(names)})" for label, names in by_engine.items())
+    return "\n".join([
+        report.markdown(["part", *report.HEADERS], rows),
+        f"\nEngines, as the workers reported them: {engines}."
+        + (f" Parts that failed to run: {', '.join(broken)}." if broken else "")
+        + f" {report.measured(summary)} ({summary['seconds'] / 60:.0f} min)."])
 
 
 if __name__ == "__main__":

@@ -1,9 +1,7 @@
-"""The page cache, measured (docs/cache.md) on the sim and the real engine, each as workers
-behind one gateway process with the cache on: a 40-page PDF of 4 distinct pages uncached, cold
-and warm; a batch read and re-read; and the cost of a miss per page on the SQLite and Redis
-stores. Writes cache.json; knobs in loadtest/README.md."""
-
-from __future__ import annotations
+"""The page cache (docs/cache.md) on the sim and the real engine, each as workers behind one
+gateway process with the cache on: a 40-page PDF of 4 distinct pages uncached, cold and warm; a
+batch read and re-read; and the cost of a miss per page on the SQLite and Redis stores. Writes
+cache.json; knobs in loadtest/README.md."""
 
 import base64
 import statistics
@@ -18,36 +16,35 @@ import requests
 
 from gateway.cache.key import pdf_chunk_digest
 from gateway.cache.pages import PageCache, Policy
+from gateway.cache.redis_store import RedisCacheStore
 from gateway.cache.store import SqliteCacheStore
-from loadtest import doc_tables, local_fleet, report
+from loadtest import local_fleet, report
 from loadtest.payloads import one_page_pdfs
 from samples import documents
 from scripts.fleet import free_port, redis_process
 
 FILE = "cache.json"
-SIM_PAGE_MS = 100
+LABELS = {"pdf40_of_4_uncached": "40-page PDF of 4 distinct pages, `no-store`",
+          "pdf40_of_4_cold": "the same, cold cache", "pdf40_of_4_warm": "the same, warm",
+          "batch_first": "{batch}-page PDF, first read", "batch_rerun": "{batch}-page PDF, re-run"}
 
 
 def worker_totals(urls: list[str]) -> dict[str, float]:
     """Pages read, and the seconds spent rendering and reading them, over these workers."""
-    totals = {"pages": 0.0, "engine_s": 0.0}
-    for url in urls:
-        for line in requests.get(f"{url}/metrics", timeout=5).text.splitlines():
-            if line.startswith('ocr_worker_pages_total{outcome="ok"}'):
-                totals["pages"] += float(line.split()[-1])
-            elif line.startswith("ocr_worker_stage_seconds_sum") and (
-                    'stage="inference"' in line or 'stage="render"' in line):
-                totals["engine_s"] += float(line.split()[-1])
-    return totals
+    lines = [line for url in urls
+             for line in requests.get(f"{url}/metrics", timeout=5).text.splitlines()]
+    return {"pages": sum(float(line.split()[-1]) for line in lines
+                         if line.startswith('ocr_worker_pages_total{outcome="ok"}')),
+            "engine_s": sum(float(line.split()[-1]) for line in lines
+                            if line.startswith("ocr_worker_stage_seconds_sum")
+                            and ('stage="inference"' in line or 'stage="render"' in line))}
 
 
 def read(gateway: str, workers: list[str], pdf: bytes, headers=None) -> dict[str, Any]:
     """One document through /ocr: seconds, pages the workers read, pages from the cache."""
-    before = worker_totals(workers)
-    started = time.monotonic()
-    response = requests.post(f"{gateway}/ocr", json={"file": base64.b64encode(pdf).decode(),
-                                                     "visualize": False},
-                             headers=headers or {}, timeout=1800)
+    before, started = worker_totals(workers), time.monotonic()
+    response = requests.post(f"{gateway}/ocr", headers=headers, timeout=1800, json={
+        "file": base64.b64encode(pdf).decode(), "visualize": False})
     response.raise_for_status()
     after = worker_totals(workers)
     return {"seconds": round(time.monotonic() - started, 3),
@@ -56,35 +53,33 @@ def read(gateway: str, workers: list[str], pdf: bytes, headers=None) -> dict[str
             "engineSeconds": after["engine_s"] - before["engine_s"]}
 
 
-def fleet_runs(engine: str, workers_n: int, batch_pages: int, logs: Path) -> dict[str, Any]:
-    env = (local_fleet.sim_worker_env(SIM_PAGE_MS, OCR_QUEUE_SIZE="4") if engine == "sim"
-           else local_fleet.real_worker_env(1, OCR_QUEUE_SIZE="4"))
-    env["OCR_VISUALIZE"] = "false"
+def fleet_runs(engine: str, workers: int, batch_pages: int) -> dict[str, Any]:
+    env = local_fleet.sim_worker_env(100) if engine == "sim" else local_fleet.real_worker_env(1)
+    env.update(OCR_QUEUE_SIZE="4", OCR_VISUALIZE="false")
+    logs = report.log_dir("cache")
     with tempfile.TemporaryDirectory(prefix="bench-cache-") as tmp, \
-            local_fleet.workers(workers_n, env, logs, name=engine) as pool:
+            local_fleet.workers(workers, env, logs, name=engine) as pool:
         urls = [local_fleet.url_of(w) for w in pool]
-        gateway_env = {"GATEWAY_PROCESSES": "1", "GATEWAY_CACHE_ENABLED": "true",
-                       "GATEWAY_CACHE_PATH": f"{tmp}/cache.sqlite3",
-                       "GATEWAY_JOBS_DB": f"{tmp}/jobs.sqlite3"}
-        with local_fleet.gateway(urls, logs, gateway_env) as gateway:
+        with local_fleet.gateway(urls, logs, {
+                "GATEWAY_PROCESSES": "1", "GATEWAY_CACHE_ENABLED": "true",
+                "GATEWAY_CACHE_PATH": f"{tmp}/cache.sqlite3",
+                "GATEWAY_JOBS_DB": f"{tmp}/jobs.sqlite3"}) as gateway:
             url = local_fleet.url_of(gateway)
-            runs = {}
-            pdf40 = documents.repeated_pdf(4, 40)
-            runs["pdf40_of_4_uncached"] = read(url, urls, pdf40, {"Cache-Control": "no-store"})
-            runs["pdf40_of_4_cold"] = read(url, urls, pdf40)
-            runs["pdf40_of_4_warm"] = read(url, urls, pdf40)
-            batch = documents.labelled_pdf(batch_pages)
-            runs["batch_first"] = read(url, urls, batch)
-            runs["batch_rerun"] = read(url, urls, batch)
-            read_pages = sum(r["pagesRead"] for r in runs.values())
-            engine_ms = 1000 * sum(r.pop("engineSeconds") for r in runs.values()) / read_pages
-            return {"engine": engine, "workers": workers_n, "batchPages": batch_pages,
-                    "engines": report.engine_info(urls), "runs": runs,
-                    "enginePageMs": round(engine_ms, 1)}
+            pdf40, batch = documents.repeated_pdf(4, 40), documents.labelled_pdf(batch_pages)
+            runs = {"pdf40_of_4_uncached": read(url, urls, pdf40, {"Cache-Control": "no-store"})}
+            for name, pdf in (("pdf40_of_4_cold", pdf40), ("pdf40_of_4_warm", pdf40),
+                              ("batch_first", batch), ("batch_rerun", batch)):
+                runs[name] = read(url, urls, pdf)
+        engines = report.engine_info(urls)
+    engine_ms = 1000 * sum(r.pop("engineSeconds") for r in runs.values()) / sum(
+        r["pagesRead"] for r in runs.values())
+    return {"engine": engine, "workers": workers, "batchPages": batch_pages,
+            "engines": engines, "runs": runs, "enginePageMs": round(engine_ms, 1)}
 
 
 def miss_cost(store_name: str, store, chunks: list[bytes]) -> dict[str, Any]:
-    """A miss per page on this store (closed afterwards): digest, then the round trips."""
+    """Median over the pages of a miss on this store (closed afterwards): the digest, then the
+    round trips (get, claim, put)."""
     cache = PageCache(store)
     cache.engines.observe("http://bench", "bench-engine")
     document = cache.document(Policy("bench"), {}, False, False, None, "pdf")
@@ -96,83 +91,85 @@ def miss_cost(store_name: str, store, chunks: list[bytes]) -> dict[str, Any]:
         entry = document.lookup(data, "pdf")  # digest again + get + claim
         entry.finish({"ocrResults": [{"prunedResult": {"rec_texts": ["x" * 200]}}],
                       "dataInfo": {"type": "pdf"}}, "bench-engine", "http://bench")
-        done = time.perf_counter()
         digests.append(digested - began)
-        rounds.append(done - digested - (digested - began))
+        rounds.append(time.perf_counter() - digested - digests[-1])
     cache.close()
-    return {"store": store_name, "pages": len(chunks),
-            "digestMs": round(statistics.median(digests) * 1000, 3),
-            "storeMs": round(statistics.median(rounds) * 1000, 3),
-            "missMs": round(statistics.median(
-                [d + r for d, r in zip(digests, rounds)]) * 1000, 3)}
-
-
-def miss_costs(work: Path) -> list[dict[str, Any]]:
-    """Median over 60 text pages, on both stores (redis-server is part of `make install`)."""
-    from gateway.cache.redis_store import RedisCacheStore
-
-    chunks = one_page_pdfs(documents.labelled_pdf(60, seed=int(time.time()) % 1000), 60)
-    out = [miss_cost("SQLite", SqliteCacheStore(str(work / "miss.sqlite3"), 1 << 28, 3600),
-                     chunks)]
-    port = free_port()
-    server = redis_process(port, work / "redis", work / "redis.log").start()
-    try:
-        server.wait_ready(30)
-        out.append(miss_cost("Redis on loopback", RedisCacheStore(
-            f"redis://127.0.0.1:{port}/0", 1 << 28, 3600, prefix=f"bench-{uuid.uuid4().hex}:"),
-            chunks))
-    finally:
-        server.stop()
-    return out
+    return {"store": store_name, "pages": len(chunks), **{
+        key: round(statistics.median(values) * 1000, 3) for key, values in (
+            ("digestMs", digests), ("storeMs", rounds),
+            ("missMs", [d + r for d, r in zip(digests, rounds)]))}}
 
 
 def measure() -> dict[str, Any]:
-    engines = report.names("BENCH_CACHE_ENGINES", "sim,real")
     workers = report.knob("BENCH_CACHE_WORKERS", 2)
     batch = report.knob("BENCH_CACHE_BATCH", 200, 40)
-    logs = report.log_dir("cache")
-    fleets = [fleet_runs(engine, workers, batch, logs) for engine in engines]
+    fleets = [fleet_runs(engine, workers, batch)
+              for engine in report.names("BENCH_CACHE_ENGINES", "sim,real")]
+    # a miss's cost on 60 text pages, on both stores (redis-server is part of `make install`)
+    chunks = one_page_pdfs(documents.labelled_pdf(60, seed=int(time.time()) % 1000), 60)
+    port = free_port()
     with tempfile.TemporaryDirectory(prefix="bench-cache-miss-") as tmp:
-        misses = miss_costs(Path(tmp))
-    for row in misses:
-        row["shareOfPage"] = {f["engine"]: round(row["missMs"] / f["enginePageMs"], 4)
-                              for f in fleets}
+        misses = [miss_cost("SQLite", SqliteCacheStore(f"{tmp}/miss.sqlite3", 1 << 28, 3600),
+                            chunks)]
+        work = Path(tmp)
+        with local_fleet.running([redis_process(port, work / "redis", work / "redis.log")], 30):
+            misses.append(miss_cost("Redis on loopback", RedisCacheStore(
+                f"redis://127.0.0.1:{port}/0", 1 << 28, 3600,
+                prefix=f"bench-{uuid.uuid4().hex}:"), chunks))
+    for miss in misses:
+        miss["shareOfPage"] = {f["engine"]: round(miss["missMs"] / f["enginePageMs"], 4)
+                               for f in fleets}
     return {**report.stamp([e for f in fleets for e in f["engines"]]), "fleets": fleets,
             "miss": misses}
 
 
 def table(result: dict[str, Any]) -> str:
-    return doc_tables.cache_table(result)
+    fleets = result["fleets"]
+    runs = [[label.format(batch=fleets[0]["batchPages"])]
+            + [cell for f in fleets for cell in (f"{f['runs'][name]['seconds']:.2f} s",
+                                                  f["runs"][name]["pagesRead"],
+                                                  f["runs"][name]["cachedPages"])]
+            for name, label in LABELS.items()]
+    misses = [[m["store"], *(f"{m[key]:.2f} ms" for key in ("digestMs", "storeMs", "missMs")),
+               *(f"{100 * m['shareOfPage'][f['engine']]:.2f} %" for f in fleets)]
+              for m in result["miss"]]
+    engines = "; ".join(
+        f"{f['engine']}: {f['workers']} workers, "
+        + (f"{report.engine_label(f['engines'])}, " if f["engine"] != "sim" else "")
+        + f"{f['enginePageMs']:g} ms of engine time per page" for f in fleets)
+    return "\n".join([
+        report.markdown(["run"] + [f"{f['engine']}: {column}" for f in fleets
+                                   for column in ("time", "pages read", "from the cache")], runs),
+        "", report.markdown(["store", "digest", "store round trips", "miss"]
+                            + [f"share of a {f['engine']} page" for f in fleets], misses),
+        f"\nEngines: {engines}. {report.measured(result)}."])
 
 
 def wrong_answers(result: dict[str, Any]) -> int:
-    """Runs whose pages read disagree with what the cache must do."""
+    """Runs whose pages read and pages from the cache are not what the cache must give."""
     wrong = 0
     for fleet in result["fleets"]:
-        runs, batch = fleet["runs"], fleet["batchPages"]
+        batch = fleet["batchPages"]
         expected = {"pdf40_of_4_uncached": (40, 0), "pdf40_of_4_cold": (4, 36),
                     "pdf40_of_4_warm": (0, 40), "batch_first": (batch, 0),
                     "batch_rerun": (0, batch)}
-        wrong += sum((runs[name]["pagesRead"], runs[name]["cachedPages"]) != want
-                     for name, want in expected.items())
+        wrong += sum((fleet["runs"][name]["pagesRead"], fleet["runs"][name]["cachedPages"])
+                     != want for name, want in expected.items())
     return wrong
 
 
 def rows(result: dict[str, Any]) -> list[list[Any]]:
     made = []
     for fleet in result["fleets"]:
-        runs = fleet["runs"]
-        made.append([f"cache ({fleet['engine']}): 40-page PDF of 4 pages, uncached/cold/warm",
-                     "/".join(f"{runs[f'pdf40_of_4_{n}']['seconds']:.2f}"
-                              for n in ("uncached", "cold", "warm")) + " s",
-                     "4 pages read cold, 0 warm", "info"])
-        made.append([f"cache ({fleet['engine']}): {fleet['batchPages']}-page batch, re-run",
-                     f"{runs['batch_first']['seconds']:.2f} -> "
-                     f"{runs['batch_rerun']['seconds']:.2f} s", "0 pages read", "info"])
-    for miss in result["miss"]:
-        made.append([f"cache miss cost ({miss['store']})", f"{miss['missMs']:.2f} ms/page",
-                     "(reported)", "info"])
-    return made
+        seconds = {name: f"{run['seconds']:.2f}" for name, run in fleet["runs"].items()}
+        made += [[f"cache ({fleet['engine']}): 40-page PDF of 4 pages, uncached/cold/warm",
+                  "/".join(seconds[f"pdf40_of_4_{n}"] for n in ("uncached", "cold", "warm"))
+                  + " s", "4 pages read cold, 0 warm", "info"],
+                 [f"cache ({fleet['engine']}): {fleet['batchPages']}-page batch, re-run",
+                  f"{seconds['batch_first']} -> {seconds['batch_rerun']} s", "0 pages read",
+                  "info"]]
+    return made + [[f"cache miss cost ({miss['store']})", f"{miss['missMs']:.2f} ms/page",
+                    "(reported)", "info"] for miss in result["miss"]]
 
 
 if __name__ == "__main__":

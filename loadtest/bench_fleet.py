@@ -1,12 +1,8 @@
 """`make bench-fleet`: does the gateway fill a large fleet, fairly, through every upstream mode?
-Each shape is (mode, N sim replicas, G gateways): the fleet's capacity held at
-BENCH_FLEET_CAPACITY pages/s (page time N x 1000 / capacity ms), reached through nginx, the
-URL list or a DNS name (local_fleet.HostsFile); the load is long PDFs sent at once plus an
-image every 0.25 s per gateway. The sim charges a page by its pixels (OCR_SIM_PAGE_PIXELS, a
-document page the full page time), as the real engine does: a one-line image costs a few % of
-a page, not a whole one. Then growth 16 -> 64 -> 32 replicas mid-run and the routing
-cost of one gateway core (docs/capacity.md, section 8). Writes fleet.json and fleet.png;
-knobs in loadtest/README.md."""
+Per shape (mode, N sim replicas, G gateways; BENCH_FLEET_CAPACITY pages/s in all) long PDFs sent
+at once plus an image every 0.25 s per gateway (the sim charges a page by its pixels); then
+growth 16 -> 64 -> 32 replicas mid-run and the routing cost of one gateway core
+(docs/capacity.md, section 8). Writes fleet.json and fleet.png; knobs in loadtest/README.md."""
 
 from __future__ import annotations
 
@@ -25,21 +21,16 @@ from typing import Any
 import requests
 
 from deploy.nginx import render as nginx
-from loadtest import doc_tables, local_fleet, report
+from loadtest import figures, local_fleet, report
 from loadtest.loadgen import at_once, documents_with_images, p95, run_closed_loop, send
-from loadtest.local_fleet import Fleet
 from loadtest.payloads import labelled_pdf_payload, small_image_payloads
 from loadtest.procstats import ForeignLoad
 
 FILE, PLOT = "fleet.json", "fleet.png"
 NO_JOBS = {"GATEWAY_JOBS_ENABLED": "false"}
-DEFAULT_SHAPES = ("nginx:16:2,nginx:64:1,nginx:64:2,nginx:64:4,nginx:128:2,"
-                  "list:16:2,list:64:2,list:128:4,dns:64:2")
-QUICK_SHAPES = "nginx:16:1,nginx:32:2,list:32:2"
 PAGE_PIXELS = 1224 * 1584  # the documents' Letter pages as the workers render them (144 DPI)
 SIM_ENV = {"OCR_SIM_PAGE_PIXELS": str(PAGE_PIXELS)}
-WINDOW_S = 4.0  # growth: pages/s over the last 4 s (two page times at 64 replicas: pages
-# come back in waves, and a window of one page time shows the waves' phase, not the rate)
+WINDOW_S = 4.0  # growth: pages/s over 4 s (two page times at 64 replicas: pages come in waves)
 
 
 def parse_shapes(text: str) -> list[tuple[str, int, int]]:
@@ -49,8 +40,9 @@ def parse_shapes(text: str) -> list[tuple[str, int, int]]:
 
 @dataclass
 class FleetSettings:
-    shapes: list[tuple[str, int, int]] = field(
-        default_factory=lambda: parse_shapes(DEFAULT_SHAPES))
+    shapes: list[tuple[str, int, int]] = field(default_factory=lambda: parse_shapes(
+        "nginx:16:2,nginx:64:1,nginx:64:2,nginx:64:4,nginx:128:2,list:16:2,list:64:2,"
+        "list:128:4,dns:64:2"))
     capacity: float = 32.0
     docs: int = 8
     pages: int = 120
@@ -65,17 +57,55 @@ class FleetSettings:
             "capacity": ("BENCH_FLEET_CAPACITY", float), "docs": ("BENCH_FLEET_DOCS", int),
             "pages": ("BENCH_FLEET_PAGES", int), "route": ("BENCH_FLEET_ROUTE", "0".__ne__),
             "growth": ("BENCH_FLEET_GROWTH", lambda v: v != "0" and not report.quick())},
-            shapes=parse_shapes(QUICK_SHAPES), docs=4, pages=40, growth=False)
+            shapes=parse_shapes("nginx:16:1,nginx:32:2,list:32:2"), docs=4, pages=40,
+            growth=False)
 
     def page_ms(self, replicas: int) -> float:
         return replicas * 1000.0 / self.capacity
 
 
-# ---- one shape -----------------------------------------------------------------------------
-def run_shape(fleet: Fleet, mode: str, replicas: int, count: int,
+class PageCounter(list):
+    """(perf_counter, pages answered so far) samples, from the gateways' metrics (ok attempts)."""
+
+    def watch(self, urls: list[str], stop: threading.Event) -> None:
+        while not stop.wait(0.25):
+            texts = [requests.get(url.removesuffix("/ocr") + "/metrics", timeout=5).text
+                     for url in urls]
+            self.append((time.perf_counter(), sum(
+                float(line.rsplit(" ", 1)[1]) for text in texts for line in text.splitlines()
+                if line.startswith('ocr_gateway_attempts_total{outcome="ok"}'))))
+
+    def rate(self, start: float, end: float) -> float | None:
+        """Pages/s between the samples nearest after `start` and before `end`."""
+        inside = [(t, n) for t, n in self if start <= t <= end]
+        if len(inside) < 2 or inside[-1][0] - inside[0][0] < 1.0:
+            return None
+        (t0, n0), (t1, n1) = inside[0], inside[-1]
+        return (n1 - n0) / (t1 - t0)
+
+    def rates(self, started: float) -> list[tuple[float, float]]:
+        """(seconds since `started`, pages/s over the WINDOW_S before)."""
+        out = []
+        for index, (t1, b) in enumerate(self):
+            earlier = [(t, n) for t, n in self[:index] if t <= t1 - WINDOW_S]
+            if earlier:
+                t0, a = earlier[-1]
+                out.append((round(t1 - started, 1), round((b - a) / (t1 - t0), 2)))
+        return out
+
+
+def image_share() -> float:
+    """The largest image's share of a page's time (the sim charges pixels)."""
+    from PIL import Image
+
+    sizes = [Image.open(io.BytesIO(base64.b64decode(json.loads(p.body)["file"]))).size
+             for p in small_image_payloads(8)]
+    return min(1.0, max(w * h for w, h in sizes) / PAGE_PIXELS)
+
+
+def run_shape(fleet: local_fleet.Fleet, mode: str, replicas: int, count: int,
               settings: FleetSettings) -> dict[str, Any]:
-    pdf = labelled_pdf_payload(settings.pages, seed=replicas)
-    counter = PageCounter()
+    pdf, counter = labelled_pdf_payload(settings.pages, seed=replicas), PageCounter()
     with fleet.gateways(mode, count, **NO_JOBS) as gateways:
         sampler = ForeignLoad(gateways)
         docs, image_results, makespan, started = documents_with_images(
@@ -87,13 +117,9 @@ def run_shape(fleet: Fleet, mode: str, replicas: int, count: int,
     pages = len(ok_docs) * settings.pages + len(latencies) * share  # in whole pages' time
     finishes = [d[3] for d in docs]
     page_s = settings.page_ms(replicas) / 1000.0
-    image_s = page_s * share  # the largest image's own time at a worker
-    image_p95 = p95(latencies)
-    # while every document still runs: whole page times back from the first document's end
-    # (pages come back in waves one page time apart, so a window of whole waves counts
-    # each once), not before the first pages are back. After that end the last round of
-    # pages cannot fill the fleet: at most one page time, a few % of a run this short at
-    # 4 s a page; efficiency_makespan includes it.
+    image_s, image_p95 = page_s * share, p95(latencies)  # the largest image's own time
+    # whole page times (pages come back in waves) back from the first document's end, while
+    # every document still runs; efficiency_makespan also counts the last, partial round
     end = started + min(finishes)
     waves = int((end - started - page_s) // page_s)
     steady = counter.rate(end - waves * page_s, end) if waves >= 1 else None
@@ -116,27 +142,15 @@ def run_shape(fleet: Fleet, mode: str, replicas: int, count: int,
         "image_p95_wait_s": round(image_p95 - image_s, 3) if image_p95 else None,
         "image_median_s": round(statistics.median(latencies), 3) if latencies else None,
         "gateway_cpu_ms_per_page": round(1000 * sampler.cpu_s / max(1, pages), 2),
-        "machine_busy": round(sampler.busy, 3),
-    }
+        "machine_busy": round(sampler.busy, 3)}
 
 
-def image_share() -> float:
-    """The largest image's share of a page's time (the sim charges pixels)."""
-    from PIL import Image
-
-    sizes = [Image.open(io.BytesIO(base64.b64decode(json.loads(p.body)["file"]))).size
-             for p in small_image_payloads(8)]
-    return min(1.0, max(w * h for w, h in sizes) / PAGE_PIXELS)
-
-
-# ---- growth mid-load ---------------------------------------------------------------------
 def run_growth(settings: FleetSettings, log_dir: Path, mode: str = "nginx") -> dict[str, Any]:
     """16 replicas, then 64 mid-run, then 32: pages/s per second against capacity."""
-    page_ms = settings.page_ms(64)
-    pdf = labelled_pdf_payload(settings.pages, seed=3)
+    page_ms, pdf = settings.page_ms(64), labelled_pdf_payload(settings.pages, seed=3)
     counter, stop = PageCounter(), threading.Event()
-    with Fleet(log_dir / f"growth-{mode}", page_ms, 16, dns_mode=mode == "dns",
-               worker_env=SIM_ENV) as fleet, \
+    with local_fleet.Fleet(log_dir / f"growth-{mode}", page_ms, 16, dns_mode=mode == "dns",
+                           worker_env=SIM_ENV) as fleet, \
             fleet.gateways(mode, 2, **NO_JOBS) as gateways, ThreadPoolExecutor(2) as side:
         urls = [local_fleet.url_of(g) + "/ocr" for g in gateways]
         side.submit(counter.watch, urls, stop)
@@ -156,8 +170,7 @@ def run_growth(settings: FleetSettings, log_dir: Path, mode: str = "nginx") -> d
     reach = next((t for t, rate in rates if t >= ready_at and rate >= 0.95 * 64 * per_replica),
                  None)
     return {"mode": mode, "page_ms": page_ms, "grown_at_s": round(grown_at, 1),
-            "new_replicas_ready_at_s": round(ready_at, 1),
-            "reached_new_capacity_at_s": reach,
+            "new_replicas_ready_at_s": round(ready_at, 1), "reached_new_capacity_at_s": reach,
             "seconds_to_new_capacity": round(reach - ready_at, 1) if reach else None,
             "shrunk_at_s": round(shrunk_at, 1), "documents": len(results),
             "documents_ok": sum(1 for r in results if r[0] == 200 and not r[2]),
@@ -165,70 +178,31 @@ def run_growth(settings: FleetSettings, log_dir: Path, mode: str = "nginx") -> d
             "pages_per_s_by_second": rates}
 
 
-class PageCounter:
-    """Pages answered over time, from the gateways' own metrics (their ok attempts)."""
-
-    def __init__(self):
-        self.samples: list[tuple[float, float]] = []  # (perf_counter, pages so far)
-
-    def watch(self, urls: list[str], stop: threading.Event) -> None:
-        while not stop.wait(0.25):
-            total = 0.0
-            for url in urls:
-                text = requests.get(url.removesuffix("/ocr") + "/metrics", timeout=5).text
-                total += sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                             if line.startswith('ocr_gateway_attempts_total{outcome="ok"}'))
-            self.samples.append((time.perf_counter(), total))
-
-    def rate(self, start: float, end: float) -> float | None:
-        """Pages/s between the samples nearest after `start` and before `end`."""
-        inside = [(t, n) for t, n in self.samples if start <= t <= end]
-        if len(inside) < 2 or inside[-1][0] - inside[0][0] < 1.0:
-            return None
-        (t0, n0), (t1, n1) = inside[0], inside[-1]
-        return (n1 - n0) / (t1 - t0)
-
-    def rates(self, started: float) -> list[tuple[float, float]]:
-        """(seconds since `started`, pages/s over the WINDOW_S before)."""
-        out = []
-        for index, (t1, b) in enumerate(self.samples):
-            earlier = [(t, n) for t, n in self.samples[:index] if t <= t1 - WINDOW_S]
-            if earlier:
-                t0, a = earlier[-1]
-                out.append((round(t1 - started, 1), round((b - a) / (t1 - t0), 2)))
-        return out
-
-
-# ---- routing cost ----------------------------------------------------------------------------
 def run_route(log_dir: Path, workers: int = 16) -> dict[str, Any]:
     """One gateway process, 0-ms sim workers, 10 s of a closed loop of small images: pages per
     CPU-second of the gateway process (what one gateway core can route)."""
-    with Fleet(log_dir / "route", 0.0, workers) as fleet, \
+    with local_fleet.Fleet(log_dir / "route", 0.0, workers) as fleet, \
             fleet.gateways("list", 1, GATEWAY_PROCESSES="1", **NO_JOBS) as (gateway,), \
             ForeignLoad([gateway]) as sampler:
         result = run_closed_loop(local_fleet.url_of(gateway), small_image_payloads(8), 32,
                                  duration_s=10.0, warmup_s=1.0)
-    pages = len(result.completions)
+    pages, cpu_s = len(result.completions), sampler.cpu_s
     return {"workers": workers, "concurrency": 32, "pages": pages,
-            "failures": result.failure_count,
-            "pages_per_s": round(result.pages_per_s(), 1),
-            "gateway_cpu_s": round(sampler.cpu_s, 2),
-            "pages_per_gateway_core_s": round(pages / sampler.cpu_s, 1) if sampler.cpu_s else None,
+            "failures": result.failure_count, "pages_per_s": round(result.pages_per_s(), 1),
+            "gateway_cpu_s": round(cpu_s, 2),
+            "pages_per_gateway_core_s": round(pages / cpu_s, 1) if cpu_s else None,
             "machine_busy": round(sampler.busy, 3)}
 
 
-# ---- all of it -------------------------------------------------------------------------------
-def run(settings: FleetSettings) -> dict[str, Any]:
-    log_dir = report.log_dir("fleet")
-    engines: list[dict[str, str]] = []
-    shapes = []
-    by_replicas: dict[tuple[int, bool], list[tuple[str, int]]] = {}
+def measure() -> dict[str, Any]:
+    settings, log_dir = FleetSettings.from_env(), report.log_dir("fleet")
+    engines, shapes, by_replicas = [], [], {}  # by_replicas: (N, DNS?) -> [(mode, G)]
     for mode, replicas, count in settings.shapes:
         by_replicas.setdefault((replicas, mode == "dns"), []).append((mode, count))
     for (replicas, dns_mode), runs in by_replicas.items():
-        with Fleet(log_dir / f"n{replicas}{'-dns' if dns_mode else ''}",
-                   settings.page_ms(replicas), replicas, dns_mode=dns_mode,
-                   worker_env=SIM_ENV) as fleet:
+        with local_fleet.Fleet(log_dir / f"n{replicas}{'-dns' if dns_mode else ''}",
+                               settings.page_ms(replicas), replicas, dns_mode=dns_mode,
+                               worker_env=SIM_ENV) as fleet:
             engines += report.engine_info([local_fleet.url_of(fleet.workers[0])])
             for mode, count in runs:
                 if mode == "nginx" and nginx.find_nginx() is None:
@@ -247,21 +221,13 @@ def run(settings: FleetSettings) -> dict[str, Any]:
     return {**result, **report.stamp(engines)}
 
 
-def verdict(s: dict[str, Any]) -> str:
-    ok = s["documents_ok"] == s["documents"] and s["images_ok"] == s["images"]
-    return "PASS" if ok and (s["efficiency"] or 0) >= 0.95 and s["finish_spread"] <= 0.15 \
-        and (s["image_p95_s"] or 99) <= 2.0 else "FAIL"
-
-
-def measure() -> dict[str, Any]:
-    return run(FleetSettings.from_env())
-
-
 def rows(result: dict[str, Any]) -> list[list[Any]]:
     return [[f"fleet {s['mode']} N={s['replicas']} G={s['gateways']}: efficiency, image p95, "
-             "finish spread", f"{s['efficiency']}, {s['image_p95_s']}, "
-             f"{s['finish_spread']}", ">= 0.95, <= 2.0, <= 0.15", verdict(s)]
-            for s in result["shapes"]]
+             "finish spread", f"{s['efficiency']}, {s['image_p95_s']}, {s['finish_spread']}",
+             ">= 0.95, <= 2.0, <= 0.15", figures.verdict(
+                 s["documents_ok"] == s["documents"] and s["images_ok"] == s["images"]
+                 and (s["efficiency"] or 0) >= 0.95 and s["finish_spread"] <= 0.15
+                 and (s["image_p95_s"] or 99) <= 2.0)] for s in result["shapes"]]
 
 
 def wrong_answers(result: dict[str, Any]) -> int:
@@ -269,7 +235,51 @@ def wrong_answers(result: dict[str, Any]) -> int:
                for s in result["shapes"])
 
 
-table, plot = doc_tables.fleet_table, report.plot_fleet
+def table(result: dict[str, Any]) -> str:
+    rows = [[f"{s['mode']}, {s['replicas']} replicas, {s['gateways']} gateway(s)",
+             f"{s['page_ms'] / 1000:g} s", s["efficiency"], s["efficiency_makespan"],
+             s["finish_spread"], s["image_p95_s"], s["image_p95_wait_s"],
+             f"{s['documents_ok']}/{s['documents']}, {s['images_ok']}/{s['images']}",
+             s["gateway_cpu_ms_per_page"], s["machine_busy"]] for s in result["shapes"]]
+    lines = [report.markdown(["shape", "page time", "pages/s ÷ capacity (documents running)",
+                              "the same over the makespan", "finish spread", "image p95 (s)",
+                              "image p95 beyond its own time (s)", "documents, images right",
+                              "gateway CPU ms/page", "machine busy"], rows)]
+    lines += [f"\nGrowth 16 → 64 replicas mid-run ({g['mode']}): the new capacity was reached "
+              f"{g['seconds_to_new_capacity']} s after the new replicas were ready; 64 → 32 at "
+              f"{g['shrunk_at_s']} s; documents {g['documents_ok']}/{g['documents']} whole."
+              for g in result.get("growth", [])]
+    route = result.get("route")
+    if route:
+        lines.append(f"\nRouting: {route['pages_per_gateway_core_s']} small pages per gateway "
+                     f"CPU-second ({route['pages_per_s']} pages/s through one gateway process, "
+                     f"{route['failures']} failed).")
+    return "\n".join(lines + [f"\n{report.measured(result)}."])
+
+
+def plot(result: dict[str, Any], path: Path) -> Path:
+    """Per shape: efficiency, image p95 and finish spread against their goals (red); the growth
+    run's pages/s over time against the capacity of 16, 64 and 32 replicas."""
+    shapes, growth = result["shapes"], result.get("growth") or []
+    fig, axes = report.pyplot().subplots(1, 4 if growth else 3, figsize=(20 if growth else 15, 5))
+    fig.suptitle(f"ocrfleet at scale: {result['engine']}, capacity "
+                 f"{result['capacity_pages_per_s']:g} pages/s", fontsize=11)
+    for axis, (key, sense, goal) in zip(axes, [("efficiency", ">=", 0.95),
+                                               ("image_p95_s", "<=", 2.0),
+                                               ("finish_spread", "<=", 0.15)]):
+        axis.bar(range(len(shapes)), [s[key] or 0 for s in shapes])
+        axis.axhline(goal, color="tab:red", linestyle=":")
+        axis.set_xticks(range(len(shapes)), [f"{s['mode']} N={s['replicas']} G={s['gateways']}"
+                                             for s in shapes], fontsize=7, rotation=45, ha="right")
+        axis.set_title(f"{key} (goal {sense} {goal:g})", fontsize=10)
+    for run in growth:
+        axes[3].plot(*zip(*run["pages_per_s_by_second"]), label=f"growth, {run['mode']}")
+        for n in (16, 64, 32):
+            axes[3].axhline(n * 1000.0 / run["page_ms"], color="tab:red", linestyle=":")
+        axes[3].set(title="pages/s over 4 s: 16 -> 64 -> 32 replicas", xlabel="seconds")
+        axes[3].legend(fontsize=8)
+    return report.save(fig, path)
+
 
 if __name__ == "__main__":
     sys.exit(report.main(sys.modules[__name__]))

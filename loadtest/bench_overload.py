@@ -13,6 +13,7 @@ from typing import Any
 
 from deploy.nginx import render as nginx
 from loadtest import local_fleet, report
+from loadtest.figures import verdict
 from loadtest.loadgen import at_once, documents_with_images, p95, send
 from loadtest.payloads import labelled_pdf_payload
 from loadtest.procstats import PeakRss
@@ -71,10 +72,10 @@ def run_overload(settings: OverloadSettings, log_dir: Path) -> dict[str, Any]:
     documents = max(1, settings.overload_factor * 2 * queue_pages // settings.pages)
     pdf = labelled_pdf_payload(settings.pages, seed=7)
     with local_fleet.Fleet(log_dir / "overload" / "list2", settings.page_ms, 2) as sims, \
-            sims.gateways("list", 1, GATEWAY_QUEUE_PAGES=str(queue_pages)) as (gateway,):
+            sims.gateways("list", 1, GATEWAY_QUEUE_PAGES=str(queue_pages)) as (gateway,), \
+            PeakRss(gateway.pid, every_s=0.1) as peak_rss:
         url = local_fleet.url_of(gateway) + "/ocr"
-        with PeakRss(gateway.pid, every_s=0.1) as peak_rss:
-            results = at_once(lambda _: send(url, pdf), range(documents))
+        results = at_once(lambda _: send(url, pdf), range(documents))
     refused = [seconds for status, seconds, _ in results if status == 429]
     admitted = [(status, problem) for status, _, problem in results if status != 429]
     return {
@@ -89,8 +90,7 @@ def run_overload(settings: OverloadSettings, log_dir: Path) -> dict[str, Any]:
 
 
 def run(settings: OverloadSettings) -> dict[str, Any]:
-    log_dir = report.log_dir("overload")
-    mixes = []
+    log_dir, mixes = report.log_dir("overload"), []
     for mode, count in settings.fleets:
         if mode == "nginx" and nginx.find_nginx() is None:
             report.say("skipping the nginx fleet: nginx is not installed")
@@ -102,41 +102,40 @@ def run(settings: OverloadSettings) -> dict[str, Any]:
             "mix": mixes, "overload": run_overload(settings, log_dir), **report.stamp(engines)}
 
 
+def measure() -> dict[str, Any]:
+    return run(OverloadSettings.from_env())
+
+
 def rows(result: dict[str, Any]) -> list[list[Any]]:
     made = []
     for mix in result["mix"]:
         name, p = f"overload mix {mix['mode']} x{mix['workers']}", mix["image_p95_s"]
-        all_ok = mix["documents_ok"] == mix["documents"] and mix["images_ok"] == mix["images"]
         made += [[f"{name}: documents, images right", f"{mix['documents_ok']}/"
                   f"{mix['documents']}, {mix['images_ok']}/{mix['images']}", "all",
-                  "PASS" if all_ok else "FAIL"],
+                  verdict(mix["documents_ok"] == mix["documents"]
+                          and mix["images_ok"] == mix["images"])],
                  [f"{name}: pages/s vs capacity", f"{mix['pages_per_s']:.2f} "
-                  f"({mix['ratio']:.3f})", ">= 0.95", "PASS" if mix["ratio"] >= 0.95 else "FAIL"],
+                  f"({mix['ratio']:.3f})", ">= 0.95", verdict(mix["ratio"] >= 0.95)],
                  [f"{name}: single image p95", f"{p} s", "<= 2.5 s",
-                  "PASS" if p is not None and p <= 2.5 else "FAIL"]]
+                  verdict(p is not None and p <= 2.5)]]
     over = result.get("overload")
     if over:
         made += [["10x overload: refused 429 / admitted failed",
                   f"{over['refused_429']} (max {over['refused_latency_max_s']} s) / "
                   f"{over['admitted_failed']} of {over['admitted']}", "429 at once, 0 failed",
-                  "PASS" if over["refused_429"] and not over["admitted_failed"] else "FAIL"],
+                  verdict(bool(over["refused_429"]) and not over["admitted_failed"])],
                  ["10x overload: gateway peak RSS", f"{over['gateway_peak_rss_mib']} MiB",
                   "(reported)", ""]]
     return made
 
 
 def wrong_answers(result: dict[str, Any]) -> int:
-    mixes = sum(m["documents"] - m["documents_ok"] + m["images"] - m["images_ok"]
-                for m in result["mix"])
-    return mixes + result["overload"]["admitted_failed"]
-
-
-def measure() -> dict[str, Any]:
-    return run(OverloadSettings.from_env())
+    return result["overload"]["admitted_failed"] + sum(
+        m["documents"] - m["documents_ok"] + m["images"] - m["images_ok"] for m in result["mix"])
 
 
 def table(result: dict[str, Any]) -> str:
-    return report.table(["figure", "value", "goal", "verdict"], rows(result))
+    return f"{report.markdown(report.HEADERS, rows(result))}\n\n{report.measured(result)}."
 
 
 if __name__ == "__main__":

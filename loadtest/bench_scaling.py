@@ -79,9 +79,8 @@ def measure_fleet(gateway, replicas: list, settings: ScalingSettings, payloads: 
         "other_load_cores": round(foreign.cores, 2),
         "pdf_latency_s": statistics.median(pdf_times) if pdf_times else None,
         "pdf_latency_tries_s": pdf_times, "pdf_failures": pdf_failures,
-        # CPU seconds one PDF costs (gateway: parse, split, fan out, reassemble; workers:
-        # parse, render each page at OCR_PDF_DPI, encode): on fewer cores than replicas,
-        # shared cores that add to the PDF's latency.
+        # CPU seconds one PDF costs the gateway (parse, split, fan out, reassemble) and the
+        # workers (parse, render each page, encode): on fewer cores than replicas, they add up
         "pdf_gateway_cpu_s": round((group_cpu([gateway]) - pdf_gateway_cpu) / tries, 4),
         "pdf_workers_cpu_s": round((group_cpu(replicas) - pdf_worker_cpu) / tries, 4),
     }
@@ -92,8 +91,7 @@ def run(settings: ScalingSettings, log_dir: Path | None = None) -> dict[str, Any
     payloads = small_image_payloads(8, seed=100)
     pdf = labelled_pdf_payload(settings.pdf_pages, seed=7)
     page_s, pages = settings.page_ms / 1000.0, settings.pdf_pages
-    fleets = []
-    env = local_fleet.sim_worker_env(settings.page_ms)
+    fleets, env = [], local_fleet.sim_worker_env(settings.page_ms)
     with local_fleet.workers(max(settings.replicas), env, log_dir, name="sim") as pool:
         engines = report.engine_info([local_fleet.url_of(w) for w in pool])
         for n in settings.replicas:
@@ -130,70 +128,83 @@ def run(settings: ScalingSettings, log_dir: Path | None = None) -> dict[str, Any
     }
 
 
-def goals_met(scaling: dict[str, Any]) -> list[tuple[bool | None, bool | None]]:
-    """(efficiency goal met, PDF latency goal met) per fleet size; None where no goal."""
-    return [(None if goal is None or eff is None else eff >= goal,
-             None if latency is None else latency <= latency_goal)
-            for eff, goal, latency, latency_goal in zip(
-                scaling["efficiency"], scaling["efficiency_goal"], scaling["pdf_latency_s"],
-                scaling["pdf_latency_goal_s"])]
-
-
-def _num(value: float | None) -> str:
-    """An efficiency, or "n/a" when the run had no N = 1 to measure it against."""
-    return "n/a" if value is None else f"{value:.3f}"
-
-
-def scaling_table(scaling: dict[str, Any]) -> str:
-    rows = []
-    for i, (n, (eff_ok, lat_ok)) in enumerate(zip(scaling["replicas"], goals_met(scaling))):
-        fleet, goal = scaling["fleets"][i], scaling["efficiency_goal"][i]
-        rows.append([n, f"{scaling['pages_per_s'][i]:.2f}", _num(scaling["efficiency"][i]),
-                     f">= {goal:.2f} {figures.verdict(eff_ok)}" if goal else "-",
-                     scaling["pdf_latency_s"][i], scaling["pdf_latency_ideal_s"][i],
-                     f"<= {scaling['pdf_latency_goal_s'][i]:.2f} {figures.verdict(lat_ok)}",
-                     f"{fleet['pdf_gateway_cpu_s']:.2f} + {fleet['pdf_workers_cpu_s']:.2f}",
-                     round(scaling["pdf_latency_ideal_s"][i] + scaling["pdf_cpu_bound_s"][i], 3),
-                     fleet["failures"] + len(fleet["pdf_failures"])])
-    title = (f"Fleet scaling: {scaling['engine']} engine, {scaling['service_ms']:g} ms/page, "
-             f"one gateway on loopback; throughput with single-page requests, "
-             f"{scaling['settings']['concurrency_per_replica']} x N in flight")
-    return title + "\n" + report.table(
-        ["N", "pages/s", "efficiency", "goal", f"{scaling['pdf_pages']}p PDF s", "ideal s",
-         "goal", "PDF cpu s gw+workers", "ideal+cpu/cores", "failures"], rows)
-
-
 def measure() -> dict[str, Any]:
-    settings = ScalingSettings.from_env()
-    report.say(f"scaling benchmark: replicas {settings.replicas}, {settings.page_ms:g} ms/page, "
-               f"{settings.warmup_s:g} s warm-up + {settings.measure_s:g} s per fleet")
-    return run(settings)
+    return run(ScalingSettings.from_env())
 
 
-def plot(scaling: dict[str, Any], path: Path) -> None:
-    if 1 in scaling["replicas"] and None not in scaling["pdf_latency_s"]:
-        report.plot_scaling(scaling, path)
+def per_n(result: dict[str, Any]):
+    """(N, pages/s, efficiency, its goal, PDF latency, ideal, goal, PDF CPU / cores) per N."""
+    return zip(*(result[key] for key in (
+        "replicas", "pages_per_s", "efficiency", "efficiency_goal", "pdf_latency_s",
+        "pdf_latency_ideal_s", "pdf_latency_goal_s", "pdf_cpu_bound_s")))
 
 
-def rows(scaling: dict[str, Any]) -> list[list[Any]]:
+def rows(result: dict[str, Any]) -> list[list[Any]]:
     made = []
-    for (eff_ok, lat_ok), n, pps, eff, goal, latency, latency_goal in zip(
-            goals_met(scaling), scaling["replicas"], scaling["pages_per_s"],
-            scaling["efficiency"], scaling["efficiency_goal"], scaling["pdf_latency_s"],
-            scaling["pdf_latency_goal_s"]):
-        made.append([f"scaling N={n}: pages/s, efficiency", f"{pps:.2f} pages/s, {_num(eff)}",
-                     f">= {goal:.2f}" if goal else "(base)", figures.verdict(eff_ok)])
-        made.append([f"scaling N={n}: {scaling['pdf_pages']}-page PDF alone",
-                     f"{latency:.2f} s" if latency else "failed",
-                     f"<= {latency_goal:.2f} s", figures.verdict(lat_ok)])
+    for n, pps, eff, goal, latency, _, latency_goal, _ in per_n(result):
+        eff_ok = None if goal is None or eff is None else eff >= goal
+        made += [[f"scaling N={n}: pages/s, efficiency",
+                  f"{pps:.2f} pages/s, " + ("n/a" if eff is None else f"{eff:.3f}"),
+                  f">= {goal:.2f}" if goal else "(base)", figures.verdict(eff_ok)],
+                 [f"scaling N={n}: {result['pdf_pages']}-page PDF alone",
+                  f"{latency:.2f} s" if latency else "failed", f"<= {latency_goal:.2f} s",
+                  figures.verdict(None if latency is None else latency <= latency_goal)]]
     return made
 
 
-def wrong_answers(scaling: dict[str, Any]) -> int:
-    return sum(f["failures"] + len(f["pdf_failures"]) for f in scaling["fleets"])
+def wrong_answers(result: dict[str, Any]) -> int:
+    return sum(f["failures"] + len(f["pdf_failures"]) for f in result["fleets"])
 
 
-table = scaling_table
+def table(result: dict[str, Any]) -> str:
+    rows = [[n, f"{pps:.2f}", "-" if eff is None else f"{eff:.3f}",
+             f">= {goal:.2f}" if goal else "(base)", f"{latency:.2f} s", f"{ideal:.2f} s",
+             f"<= {latency_goal:.2f} s", f"{ideal + cpu:.2f} s"]
+            for n, pps, eff, goal, latency, ideal, latency_goal, cpu in per_n(result)]
+    return "\n".join([
+        report.markdown(["replicas", "pages/s", "efficiency", "goal",
+                         f"one {result['pdf_pages']}-page PDF alone", "ideal", "goal",
+                         "ideal + the PDF's CPU over the cores"], rows),
+        f"\nEngine: {result['engine']}. {report.measured(result)}."])
+
+
+def plot(result: dict[str, Any], path: Path) -> Path | None:
+    """Against N (log scales): pages/s with the ideal N x pages/s(1), efficiency with its goals,
+    and one PDF's latency alone with its ideal and goal. None without N = 1 or a PDF latency."""
+    n, pages = result["replicas"], result["pdf_pages"]
+    if 1 not in n or None in result["pdf_latency_s"]:
+        return None
+    base = result["pages_per_s"][n.index(1)]
+    goal_n = [m for m in n if figures.efficiency_goal(m)]
+    panels = {  # title: the lines, each (N, values, style, label)
+        "pages/s (single-page requests)": [
+            (n, [m * base for m in n], "k--", "ideal: N x pages/s(1)"),
+            (n, result["pages_per_s"], "C0o-", "measured")],
+        "efficiency = pages/s(N) / (N x pages/s(1))": [
+            (n, [1.0] * len(n), "k--", "ideal: 1.0"),
+            (goal_n, [figures.efficiency_goal(m) for m in goal_n], "rv", "goal (at least)"),
+            (n, result["efficiency"], "C1s-", "measured")],
+        f"seconds for one {pages}-page PDF sent alone": [
+            (n, result["pdf_latency_ideal_s"], "k--",
+             f"ideal: ({pages}/N) x {result['service_ms'] / 1000:g} s"),
+            (n, result["pdf_latency_goal_s"], "r:", "goal: <= 1.15 x ideal"),
+            (n, result["pdf_latency_s"], "C2o-", "measured")]}
+    fig, axes = report.pyplot().subplots(1, 3, figsize=(15, 4.6))
+    fig.suptitle(f"ocrfleet scaling: {result['engine']}, one gateway, N replicas on loopback")
+    for axis, (title, lines) in zip(axes, panels.items()):
+        for xs, ys, style, label in lines:
+            axis.plot(xs, ys, style, label=label)
+        axis.set_xscale("log", base=2)
+        axis.set_xticks(n, [str(m) for m in n])
+        axis.set(title=title, xlabel="replicas N")
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    for axis, ticks in ((axes[0], [m * base for m in n]), (axes[2], result["pdf_latency_ideal_s"])):
+        axis.set_yscale("log")
+        axis.set_yticks(ticks, [f"{t:.3g}" for t in ticks])
+        axis.minorticks_off()
+    return report.save(fig, path)
+
 
 if __name__ == "__main__":
     sys.exit(report.main(sys.modules[__name__]))

@@ -6,7 +6,6 @@ soak.json; knobs BENCH_SOAK_REQUESTS, BENCH_SOAK_BASELINE."""
 from __future__ import annotations
 
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -20,43 +19,31 @@ FILE = "soak.json"
 def run(requests_total: int, baseline_at: int, log_dir: Path, sample_every: int = 100,
         env: dict[str, str] | None = None) -> dict[str, Any]:
     payloads = small_image_payloads(16, seed=300)
-    samples: list[tuple[int, int]] = []
-    lock = threading.Lock()
-    env = env or local_fleet.real_worker_env(1)
-    with local_fleet.workers(1, env, log_dir, name="soak") as (worker,):
+    samples: dict[int, int] = {}  # answers so far -> the forked worker's RSS (KiB)
+    with local_fleet.workers(1, env or local_fleet.real_worker_env(1), log_dir,
+                             name="soak") as (worker,):
         child = procstats.gunicorn_worker_pid(worker.pid)
         start_kib = procstats.rss_kib(child)
         engines = report.engine_info([local_fleet.url_of(worker)])
 
         def sample(number: int, _completion) -> None:
             if number % sample_every == 0 or number == baseline_at:
-                with lock:
-                    samples.append((number, procstats.rss_kib(child)))
+                samples[number] = procstats.rss_kib(child)
 
         load = run_closed_loop(local_fleet.url_of(worker), payloads, 2,
                                total_requests=requests_total, timeout=60, on_complete=sample)
         master_kib = procstats.rss_kib(worker.pid)
-    samples.sort()
-    by_number = dict(samples)
-    base = by_number.get(baseline_at) or samples[0][1]
-    end = samples[-1][1]
-    return {
-        "engine": report.engine_label(engines),
-        "requests": requests_total,
-        "answered": load.ok_count,
-        "failures": load.failure_count,
-        "failure_kinds": dict(load.failures.most_common(3)),
-        "pages_per_s": load.ok_count / load.wall_s,
-        "rss_kib_at_start": start_kib,
-        "rss_kib_baseline": base,
-        "baseline_at": baseline_at,
-        "rss_kib_end": end,
-        "rss_growth": figures.growth(base, end),
-        "rss_growth_goal": figures.RSS_GROWTH_GOAL,
-        "master_rss_kib": master_kib,
-        "samples": [{"answered": n, "rss_kib": kib} for n, kib in samples],
-        **report.stamp(engines),
-    }
+    ordered = sorted(samples.items())
+    base, end = samples.get(baseline_at) or ordered[0][1], ordered[-1][1]
+    return {"engine": report.engine_label(engines), "requests": requests_total,
+            "answered": load.ok_count, "failures": load.failure_count,
+            "failure_kinds": dict(load.failures.most_common(3)),
+            "pages_per_s": load.ok_count / load.wall_s, "rss_kib_at_start": start_kib,
+            "rss_kib_baseline": base, "baseline_at": baseline_at, "rss_kib_end": end,
+            "rss_growth": figures.growth(base, end), "rss_growth_goal": figures.RSS_GROWTH_GOAL,
+            "master_rss_kib": master_kib,
+            "samples": [{"answered": n, "rss_kib": kib} for n, kib in ordered],
+            **report.stamp(engines)}
 
 
 def rows(result: dict[str, Any]) -> list[list[Any]]:

@@ -1,10 +1,8 @@
-"""The arithmetic of the benchmarks and the goals they are held to (DESIGN.md section 6), kept
-pure so tests can check it without running anything."""
+"""The arithmetic of the benchmarks and the goals they are held to, pure so tests can check it."""
 
 from __future__ import annotations
 
-# Goals (DESIGN.md section 6, issue 5).
-EFFICIENCY_GOALS = {8: 0.95, 16: 0.90}  # at least this efficiency at this many replicas
+EFFICIENCY_GOALS = {8: 0.95, 16: 0.90}  # at least this efficiency up to this many replicas
 PDF_LATENCY_SLACK = 1.15                # a PDF on N replicas within 1.15 x (pages/N) page times
 ENGINE_SCALING_GOAL = 1.8               # 2 workers x 1 thread vs 1 worker x 1 thread
 SERVING_OVERHEAD_GOAL = 0.97            # HTTP pages/s / in-process pages/s
@@ -12,9 +10,8 @@ RSS_GROWTH_GOAL = 0.05                  # worker RSS growth over the soak
 
 
 def rate_from_completions(times: list[float], weights: list[int] | None = None) -> float:
-    """Rate from first to last completion: the work completed after the first completion over
-    the time between them. Right for one server; with N servers finishing in step it counts
-    N - 1 extra completions, so the fleet benchmarks use windowed_rate."""
+    """Work completed after the first completion over the time to the last: right for one
+    server (N servers finishing in step would count N - 1 extra: see windowed_rate)."""
     if len(times) < 2:
         raise ValueError("need at least two completions to measure a rate")
     order = sorted(range(len(times)), key=times.__getitem__)
@@ -27,20 +24,15 @@ def rate_from_completions(times: list[float], weights: list[int] | None = None) 
 
 def windowed_rate(times: list[float], weights: list[int] | None, start: float, end: float,
                   ramp: float) -> float:
-    """Work completed per second in [start, end], counted with a trapezoidal window: the average
-    of plain counts over windows [start + d, end - ramp + d] for d spread over [0, ramp]. A plain
-    window miscounts by up to one completion per server at each edge (N servers often finish
-    in step); averaging over window positions removes that edge error (exactly, when ramp is a
-    multiple of the service time) without discarding data."""
+    """Work completed per second in [start, end] with a trapezoidal window: the mean of plain
+    counts over [start + d, end - ramp + d] for d in [0, ramp]. A plain window miscounts by up
+    to one completion per server at each edge when servers finish in step; this does not."""
     length = end - ramp - start
     if ramp <= 0 or length <= ramp:
         raise ValueError("need end - start > 2 x ramp > 0")
     weights = weights or [1] * len(times)
-    total = 0.0
-    for t, w in zip(times, weights):
-        if start <= t <= end:
-            total += w * min(1.0, (t - start) / ramp, (end - t) / ramp)
-    return total / length
+    return sum(w * min(1.0, (t - start) / ramp, (end - t) / ramp)
+               for t, w in zip(times, weights) if start <= t <= end) / length
 
 
 def efficiency(replicas: list[int], pages_per_s: list[float]) -> list[float]:
@@ -61,8 +53,7 @@ def pdf_latency_goal(pages: int, replicas: int, page_s: float) -> float:
 
 
 def efficiency_goal(replicas: int) -> float | None:
-    """The efficiency a fleet of this size must reach, or None where no goal is set
-    (0.95 up to 8 replicas, 0.90 beyond)."""
+    """0.95 up to 8 replicas, 0.90 beyond; None for one replica (the base)."""
     if replicas <= 1:
         return None
     return EFFICIENCY_GOALS[8] if replicas <= 8 else EFFICIENCY_GOALS[16]

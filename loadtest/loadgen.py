@@ -1,8 +1,6 @@
-"""The benchmark harness's load: a closed loop (`concurrency` threads, each with its own
-keep-alive session, send prepared payloads back to back and check every answer) for a fixed
-time after a warm-up or a fixed number of requests; single checked requests (send); images on
-a fixed schedule (images_every) beside documents sent at once (documents_with_images); and the
-rates and percentiles made of them."""
+"""The benchmarks' load, every answer checked: a closed loop (threads with a keep-alive session
+each) for a time or a number of requests, single requests, documents sent at once beside images
+on a schedule, and the rates and percentiles made of them."""
 
 from __future__ import annotations
 
@@ -71,28 +69,22 @@ class LoadResult:
 
 def send(url: str, payload: Payload, timeout: float = 600,
          session: requests.Session | None = None) -> tuple[int, float, str | None]:
-    """(status, seconds, problem or None) of one checked request to this /ocr URL."""
+    """(status, seconds, what was wrong or None) of one checked request to this /ocr URL."""
     started = time.perf_counter()
     try:
         response = (session or requests).post(url, data=payload.body, headers=JSON_HEADERS,
                                               timeout=timeout)
     except requests.RequestException as exc:
         return 0, time.perf_counter() - started, type(exc).__name__
-    seconds = time.perf_counter() - started
-    if response.status_code != 200:
-        return response.status_code, seconds, response.text[:160]
-    return 200, seconds, answer_problem(200, response.json, payload.expected)
+    problem = answer_problem(response.status_code, response.json, payload.expected)
+    return response.status_code, time.perf_counter() - started, problem and problem[:160]
 
 
 def post_checked(session: requests.Session, url: str, payload: Payload,
                  timeout: float) -> tuple[bool, str | None]:
-    """Send one payload; (True, None) for a right answer, else (False, what was wrong)."""
-    try:
-        response = session.post(url, data=payload.body, headers=JSON_HEADERS, timeout=timeout)
-    except requests.RequestException as exc:
-        return False, f"{type(exc).__name__}"
-    problem = answer_problem(response.status_code, response.json, payload.expected)
-    return (False, problem[:160]) if problem else (True, None)
+    """(True, None) for a right answer, else (False, what was wrong)."""
+    _status, _seconds, problem = send(url, payload, timeout, session)
+    return problem is None, problem
 
 
 def run_closed_loop(urls: str | list[str], payloads: list[Payload], concurrency: int, *,

@@ -1,7 +1,6 @@
-"""The benchmark harness's fleets on loopback: workers (sim or real engine), gateways and nginx,
-started with scripts/fleet.py on free ports and always stopped again (each process in its own
-process group). `workers()` and `gateway()` for a fixed set; `Fleet` for sim workers behind
-nginx (the one-URL mode), a URL list or a DNS name, grown and shrunk mid-run."""
+"""The benchmarks' fleets on loopback, started with scripts/fleet.py on free ports and always
+stopped (each process in its own process group): `workers()` and `gateway()` for a fixed set;
+`Fleet` for sim workers behind nginx, a URL list or a DNS name, grown and shrunk mid-run."""
 
 from __future__ import annotations
 
@@ -46,14 +45,11 @@ def url_of(process: ManagedProcess) -> str:
     return process.ready_url.rsplit("/", 1)[0]
 
 
-@contextlib.contextmanager
 def workers(count: int, env: dict[str, str], log_dir: Path, name: str = "worker",
-            timeout: float = 180.0) -> Iterator[list[ManagedProcess]]:
+            timeout: float = 180.0) -> contextlib.AbstractContextManager[list[ManagedProcess]]:
     log_dir.mkdir(parents=True, exist_ok=True)
-    ports = [free_port() for _ in range(count)]
-    with running([worker_process(port, env, log_dir / f"{name}-{index + 1}-{port}.log")
-                  for index, port in enumerate(ports)], timeout) as started:
-        yield started
+    return running([worker_process(port, env, log_dir / f"{name}-{index + 1}-{port}.log")
+                    for index, port in enumerate(free_port() for _ in range(count))], timeout)
 
 
 @contextlib.contextmanager
@@ -65,8 +61,8 @@ def gateway(replica_urls: list[str], log_dir: Path,
     process = gateway_process(port, {"GATEWAY_REPLICAS": ",".join(replica_urls),
                                      "GATEWAY_LOG_LEVEL": "WARNING", **(env or {})},
                               log_dir / f"gateway-{len(replica_urls)}-{port}.log")
-    with running([process], 60.0) as (started,):
-        yield started
+    with running([process], 60.0):
+        yield process
 
 
 def nginx_config(addresses: list[str], run_dir: Path, port: int) -> Path:
@@ -77,16 +73,16 @@ def nginx_config(addresses: list[str], run_dir: Path, port: int) -> Path:
 def nginx_process(addresses: list[str], run_dir: Path, port: int,
                   ready_path: str | None = None) -> ManagedProcess:
     """nginx on 127.0.0.1:`port` balancing over these host:port addresses (deploy/nginx)."""
-    return ManagedProcess("nginx", nginx.nginx_command(nginx_config(addresses, run_dir, port),
-                                                       run_dir),
+    config = nginx_config(addresses, run_dir, port)
+    return ManagedProcess("nginx", nginx.nginx_command(config, run_dir),
                           ready_url=ready_path and f"http://127.0.0.1:{port}{ready_path}",
                           log_path=run_dir / "nginx.log")
 
 
 class HostsFile:
-    """A DNS name of our own (a k8s headless Service on loopback): the gateway runs in a mount
-    namespace of its own where /etc/hosts is this file, rewritten in place, so the gateway's
-    real resolver sees the name's addresses change. Needs `unshare -m` (root or userns)."""
+    """A DNS name of our own (a k8s headless Service on loopback): a gateway run by wrap() sees
+    this file as its /etc/hosts (a mount namespace of its own: `unshare -m`, root or userns),
+    so its real resolver sees the name's addresses change when set_addresses rewrites it."""
 
     def __init__(self, name: str):
         self.name = name
@@ -94,13 +90,11 @@ class HostsFile:
         self.path.write_text("127.0.0.1 localhost\n")
 
     def set_addresses(self, addresses: list[str]) -> None:
-        """Rewrite in place (the bind mount follows the inode, not the name)."""
-        with open(self.path, "r+") as f:
+        with open(self.path, "r+") as f:  # in place: the bind mount follows the inode
             f.truncate(0)
             f.write("127.0.0.1 localhost\n" + "".join(f"{a} {self.name}\n" for a in addresses))
 
     def wrap(self, cmd: list[str]) -> list[str]:
-        """`cmd` run with this file as its /etc/hosts."""
         return ["unshare", "-m", "sh", "-c", f'mount --bind "{self.path}" /etc/hosts && '
                 'exec "$@"', "sh", *cmd]
 
@@ -109,20 +103,19 @@ class HostsFile:
 
 
 class Fleet:
-    """Sim workers on 127.0.0.x (one port each, or one address each in DNS mode), an nginx
-    over them, and gateways: started, grown and shrunk here, all stopped on exit."""
+    """Sim workers on 127.0.0.1 (a port each), or on 127.0.x.y (an address each, one port) in
+    DNS mode; nginx over them and gateways on demand; all stopped on exit."""
 
     DNS_NAME = "ocr-workers.bench.internal"
 
     def __init__(self, log_dir: Path, page_ms: float, replicas: int = 0,
                  dns_mode: bool = False, worker_env: dict[str, str] | None = None):
-        self.log_dir, self.page_ms, self.dns_mode = log_dir, page_ms, dns_mode
-        self.worker_env = worker_env or {}
+        self.log_dir, self.dns_mode = log_dir, dns_mode
+        self.env = sim_worker_env(page_ms, **(worker_env or {}))
         self.port = free_port()  # the one worker port of DNS mode
         self.workers: list[ManagedProcess] = []
-        self.others: list[ManagedProcess] = []
-        self.nginx_dir = log_dir / "nginx"
-        self.nginx_port: int | None = None
+        self.nginx: ManagedProcess | None = None
+        self.nginx_dir, self.nginx_port = log_dir / "nginx", free_port()
         self.hosts: HostsFile | None = None
         log_dir.mkdir(parents=True, exist_ok=True)
         try:
@@ -141,12 +134,11 @@ class Fleet:
         return [url_of(w).removeprefix("http://") for w in self.workers]
 
     def add_workers(self, count: int) -> None:
-        env, new = sim_worker_env(self.page_ms, **self.worker_env), []
-        for _ in range(count):
-            index = len(self.workers) + len(new)
+        new = []
+        for index in range(len(self.workers), len(self.workers) + count):
             host, port = ((f"127.0.{1 + (index + 2) // 250}.{2 + (index + 2) % 250}", self.port)
                           if self.dns_mode else ("127.0.0.1", free_port()))
-            new.append(worker_process(port, env, self.log_dir / f"worker-{index}.log",
+            new.append(worker_process(port, self.env, self.log_dir / f"worker-{index}.log",
                                       host=host))
         self.workers.extend(new)  # recorded before they start: close() must see them
         for process in new:
@@ -156,25 +148,25 @@ class Fleet:
         self._publish()
 
     def remove_workers(self, count: int) -> None:
-        """Scale down as k8s does: out of the balancer/DNS first, then SIGTERM (the worker
-        drains what it admitted)."""
+        """Scale down as k8s does: out of the balancer or the DNS name first, then SIGTERM (a
+        worker drains what it admitted)."""
         leaving, self.workers = self.workers[-count:], self.workers[:-count]
         self._publish()
         stop_all(leaving)
 
     def _publish(self) -> None:
-        if self.nginx_port is not None:
+        if self.nginx is not None:
             nginx.reload(nginx_config(self.addresses(), self.nginx_dir, self.nginx_port),
                          self.nginx_dir)
         if self.hosts is not None:
             self.hosts.set_addresses([a.rsplit(":", 1)[0] for a in self.addresses()])
 
     def upstream(self, mode: str) -> dict[str, str]:
+        """The gateway settings that reach the workers in this mode (nginx, dns or list)."""
         if mode == "nginx":
-            if self.nginx_port is None:
-                self.nginx_port = free_port()
-                self.others.append(nginx_process(self.addresses(), self.nginx_dir,
-                                                 self.nginx_port).start())
+            if self.nginx is None:
+                self.nginx = nginx_process(self.addresses(), self.nginx_dir,
+                                           self.nginx_port).start()
             return {"GATEWAY_UPSTREAM_URL": f"http://127.0.0.1:{self.nginx_port}"}
         if mode == "dns":
             if self.hosts is None:
@@ -184,25 +176,19 @@ class Fleet:
                     "GATEWAY_DNS_REFRESH_S": "1"}
         return {"GATEWAY_REPLICAS": ",".join(f"http://{a}" for a in self.addresses())}
 
-    @contextlib.contextmanager
-    def gateways(self, mode: str, count: int = 1, **env: str) -> Iterator[list[ManagedProcess]]:
-        started = []
-        try:
-            for index in range(count):
-                port = free_port()
-                process = gateway_process(port, {
-                    **self.upstream(mode), "GATEWAY_LOG_LEVEL": "WARNING", **env},
-                    self.log_dir / f"gateway-{mode}-{index}-{port}.log")
-                if mode == "dns":
-                    process.cmd = self.hosts.wrap(process.cmd)
-                started.append(process.start())
-            for process in started:
-                process.wait_ready(60)
-            yield started
-        finally:
-            stop_all(started)
+    def gateways(self, mode: str, count: int = 1,
+                 **env: str) -> contextlib.AbstractContextManager[list[ManagedProcess]]:
+        made = []
+        for index in range(count):
+            port = free_port()
+            made.append(gateway_process(port, {**self.upstream(mode), "GATEWAY_LOG_LEVEL":
+                                               "WARNING", **env},
+                                        self.log_dir / f"gateway-{mode}-{index}-{port}.log"))
+            if mode == "dns":
+                made[-1].cmd = self.hosts.wrap(made[-1].cmd)
+        return running(made, 60.0)
 
     def close(self) -> None:
-        stop_all(self.others + self.workers)
+        stop_all(([self.nginx] if self.nginx else []) + self.workers)
         if self.hosts is not None:
             self.hosts.remove()

@@ -1,17 +1,13 @@
-"""Ready-to-send /ocr request bodies built from the generated documents (samples/documents.py):
-each is the JSON body already serialised to bytes plus what a correct answer looks like, so a
-load generator spends its CPU on sending, not on encoding.
-
-Bodies say `"visualize": false` unless asked otherwise: the worker, like PaddleX serving, draws
-the visualizations when a request leaves `visualize` out (about 1 s of CPU per dense page), and
-the benchmarks measure OCR, compared with the engine called in-process, which draws nothing."""
+"""Ready-to-send /ocr bodies made from samples/documents.py, each serialised once with the answer
+it expects, so a load generator spends its CPU on sending. They say `"visualize": false` unless
+asked otherwise: drawing the visualizations (the server's default, as in PaddleX) costs about
+1 CPU-s per dense page and is not OCR."""
 
 from __future__ import annotations
 
 import base64
 import json
 from dataclasses import dataclass
-from functools import lru_cache
 
 from loadtest.checks import Expected
 from samples import documents
@@ -67,24 +63,3 @@ def one_page_pdfs(pdf: bytes, pages: int) -> list[bytes]:
         return [cutter.cut((index,)).data for index in range(pages)]
     finally:
         cutter.close()
-
-
-@dataclass(frozen=True)
-class Mix:
-    images: list[Payload]
-    short_pdfs: list[Payload]
-    long_pdfs: list[Payload]
-    mixed_long_pdf: Payload
-
-
-@lru_cache(maxsize=4)
-def locust_mix(long_pages: tuple[int, ...] = (16, 32), visualize: bool | None = False,
-               mixed_pages: int = 40) -> Mix:
-    """The documents the Locust users send, generated once per process."""
-    v = visualize
-    images = small_image_payloads(6, visualize=v) + dense_page_payloads(1, visualize=v)
-    short = [labelled_pdf_payload(2, seed=1, visualize=v),
-             labelled_pdf_payload(3, seed=2, visualize=v),
-             labelled_pdf_payload(4, seed=3, visualize=v, table=True)]
-    long = [labelled_pdf_payload(n, seed=10 + n, visualize=v) for n in long_pages]
-    return Mix(images, short, long, labelled_pdf_payload(mixed_pages, seed=40, visualize=v))

@@ -1,35 +1,28 @@
-"""What a process costs, read from Linux's /proc: resident memory (VmRSS, its peak VmHWM), CPU
-seconds, a gunicorn service's processes, and two samplers for a block of a benchmark:
-ForeignLoad (CPU: ours, the machine's, everyone else's) and PeakRss (a group's summed RSS)."""
+"""What processes cost (psutil, and /proc where psutil has no word for it): resident memory and
+its peak, CPU seconds, and two samplers for a block of a benchmark: ForeignLoad (CPU: ours, the
+machine's, everyone else's) and PeakRss (a process group's summed RSS)."""
 
 from __future__ import annotations
 
-import os
 import resource
 import threading
 import time
 from pathlib import Path
 
+import psutil
+
 from scripts.fleet import group_members
-
-_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def _status_kib(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise ProcessLookupError(f"no {field} for pid {pid}")
 
 
 def rss_kib(pid: int) -> int:
-    """VmRSS of one process in KiB."""
-    return _status_kib(pid, "VmRSS")
+    return psutil.Process(pid).memory_info().rss // 1024
 
 
 def peak_rss_kib(pid: int) -> int:
-    """VmHWM: the most resident memory the process has had (since start or the last reset)."""
-    return _status_kib(pid, "VmHWM")
+    """VmHWM: the most resident memory since the process started or reset_peak_rss."""
+    line = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                if line.startswith("VmHWM:"))
+    return int(line.split()[1])
 
 
 def reset_peak_rss(pid: int) -> bool:
@@ -41,43 +34,20 @@ def reset_peak_rss(pid: int) -> bool:
         return False
 
 
-def _stat_fields(path: Path | int) -> list[str]:
-    text = Path(f"/proc/{path}/stat" if isinstance(path, int) else path).read_text()
-    return text[text.rindex(")") + 2:].split()  # fields from `state` on (comm may hold spaces)
-
-
-def children(pid: int) -> list[int]:
-    """Direct children of pid."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and int(_stat_fields(int(entry.name))[1]) == pid:
-                found.append(int(entry.name))
-        except (OSError, ValueError, IndexError):
-            continue
-    return sorted(found)
-
-
 def group_pids(pgid: int) -> list[int]:
-    """Every process in a process group (scripts/fleet.py starts each service in its own)."""
+    """Every process of a service (scripts/fleet.py starts each in a process group of its own)."""
     return sorted(pid for pid, _state in group_members(pgid))
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU seconds used so far by these processes (those still alive)."""
-    total = 0
-    for pid in pids:
-        try:
-            fields = _stat_fields(pid)
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime
-    return total / _TICKS
-
-
 def group_cpu(processes) -> float:
-    """CPU seconds of these services (ManagedProcess: each its whole process group)."""
-    return cpu_seconds([pid for p in processes for pid in group_pids(p.pid)])
+    """User + system CPU seconds so far of these services (ManagedProcess), all their processes."""
+    total = 0.0
+    for pid in (pid for process in processes for pid in group_pids(process.pid)):
+        try:
+            total += sum(psutil.Process(pid).cpu_times()[:2])
+        except psutil.Error:
+            continue
+    return total
 
 
 def self_cpu() -> float:
@@ -88,24 +58,23 @@ def self_cpu() -> float:
 
 def gunicorn_worker_pid(master_pid: int) -> int:
     """The one forked worker of a gunicorn master started with OCR_PROCESSES=1."""
-    kids = children(master_pid)
+    kids = psutil.Process(master_pid).children()
     if len(kids) != 1:
         raise RuntimeError(f"gunicorn master {master_pid} has {len(kids)} children, expected 1")
-    return kids[0]
+    return kids[0].pid
 
 
-def system_busy_seconds() -> float:
-    """CPU seconds all cores of this machine have spent busy since boot (/proc/stat)."""
-    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[:8])
-    return (user + nice + system + irq + softirq + steal) / _TICKS
+def _busy_seconds() -> float:
+    """CPU seconds all cores of this machine have been busy since boot."""
+    times = psutil.cpu_times()
+    return sum(times) - times.idle - times.iowait
 
 
 class ForeignLoad:
     """CPU over a block: `cpu_s` of these services, `busy` (the machine's busy share of its
-    cores) and `cores`: how busy the machine was with processes other than ours (these
-    services, this process and its children), per wall second. A figure measured while that
-    is large (another test run, a build) is not trustworthy on a 2-core machine."""
+    cores) and `cores`: the cores processes other than ours (these services, this process and
+    its children) kept busy per wall second. A figure measured while that is large is not
+    trustworthy on a 2-core machine."""
 
     def __init__(self, processes=()):
         self.processes = list(processes)
@@ -113,7 +82,7 @@ class ForeignLoad:
 
     def _marks(self) -> tuple[float, ...]:
         services = group_cpu(self.processes)
-        return services, services + self_cpu(), system_busy_seconds(), time.perf_counter()
+        return services, services + self_cpu(), _busy_seconds(), time.perf_counter()
 
     def __enter__(self) -> "ForeignLoad":
         self._start = self._marks()
@@ -123,11 +92,11 @@ class ForeignLoad:
         self.cpu_s, own, busy, wall = (b - a for a, b in zip(self._start, self._marks()))
         if wall > 0:
             self.cores = max(0.0, (busy - own) / wall)
-            self.busy = busy / wall / (os.cpu_count() or 1)
+            self.busy = busy / wall / psutil.cpu_count()
 
 
 class PeakRss:
-    """The most a process group's summed RSS reached while the block ran (KiB), sampled every
+    """The most a process group's summed RSS (KiB) reached while the block ran, sampled every
     `every_s` from a thread."""
 
     def __init__(self, pgid: int, every_s: float = 0.02):
@@ -139,7 +108,7 @@ class PeakRss:
         for pid in group_pids(self.pgid):
             try:
                 total += rss_kib(pid)
-            except (OSError, ProcessLookupError):
+            except psutil.Error:
                 continue
         return total
 
@@ -161,18 +130,17 @@ class PeakRss:
 
 
 def wait_idle(pid: int, timeout: float = 10.0) -> bool:
-    """Wait until none of the process's threads is running (R) or in uninterruptible sleep
-    (D) for 3 reads in a row (e.g. a worker that answered and then trims its heap on another
-    thread). False if it stays busy past the timeout."""
+    """Wait until none of the process's threads runs (R) or waits on the disk (D) for 3 reads in
+    a row (say, a worker trimming its heap after an answer). False if it stays busy."""
     deadline, quiet = time.monotonic() + timeout, 0
     while time.monotonic() < deadline:
         states = []
         for task in Path(f"/proc/{pid}/task").iterdir():
             try:
-                states.append(_stat_fields(task / "stat")[0])
+                states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
             except (OSError, IndexError):
                 continue
-        quiet = 0 if any(state in ("R", "D") for state in states) else quiet + 1
+        quiet = 0 if {"R", "D"} & set(states) else quiet + 1
         if quiet >= 3:
             return True
         time.sleep(0.02)

@@ -27,7 +27,7 @@ def test_cer_and_word_f1():
     assert one_edit.edits == 1 and one_edit.chars == 9
     assert abs(one_edit.word_f1 - 0.5) < 1e-9
     assert words("发票 total 12,345.60") == ["发", "票", "total", "12,345.60"]
-    total = Score().add(perfect).add(one_edit)
+    total = Score() + perfect + one_edit
     assert total.chars == perfect.chars + 9 and total.edits == 1
 
 
@@ -118,8 +118,8 @@ def test_a_setting_too_far_on_one_kind_is_not_chosen():
     def setting(label, digital_text, scan_text, cpu):
         made = bench_accuracy.Setting(label, {}, cpu_s=cpu)
         made.texts = {"d": [digital_text], "s": [scan_text]}
-        made.score = score_page([digital_text], digital.truth).add(
-            score_page([scan_text], scan.truth))
+        made.score = score_page([digital_text], digital.truth) + score_page([scan_text],
+                                                                            scan.truth)
         return made
 
     truth = "abcdefghij" * 100

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from loadtest import bench_paddlex, doc_tables
+from loadtest import bench_paddlex
 
-SETUPS = bench_paddlex.setups(2)
+CHOSEN = bench_paddlex.setups(2)
+SETUPS = list(CHOSEN)  # their names
 
 
 def figures(one: float, four: float, pdf: float, other: float = 0.0) -> dict:
@@ -19,33 +20,41 @@ def figures(one: float, four: float, pdf: float, other: float = 0.0) -> dict:
 
 
 def summary(**overrides) -> dict:
-    sides = {SETUPS[0].name: figures(0.30, 0.30, 60), SETUPS[1].name: figures(0.28, 0.33, 70),
-             SETUPS[2].name: figures(0.20, 0.36, 50),
-             "ocrfleet": figures(0.45, 0.80, 20),
+    sides = {SETUPS[0]: figures(0.30, 0.30, 60), SETUPS[1]: figures(0.28, 0.33, 70),
+             SETUPS[2]: figures(0.20, 0.36, 50), "ocrfleet": figures(0.45, 0.80, 20),
              bench_paddlex.SERVING_ONLY: figures(0.32, 0.42, 40)}
     sides.update(overrides)
     engines = {"ocrfleet": [], bench_paddlex.SERVING_ONLY: []}
-    return bench_paddlex.summarise(sides, engines, 2, 16, SETUPS)
+    return bench_paddlex.summarise(sides, engines, 2, 16, CHOSEN)
 
 
 def test_each_figure_is_compared_with_paddlexs_strongest_setup_for_it():
     result = summary()
-    assert result["strongest_paddlex"] == {"1 client": SETUPS[0].name,
-                                           "4 clients": SETUPS[2].name, "pdf": SETUPS[2].name}
+    assert result["strongest_paddlex"] == {"1 client": SETUPS[0], "4 clients": SETUPS[2],
+                                           "pdf": SETUPS[2]}
     assert result["ratio"]["ocrfleet"]["1 client"] == pytest.approx(0.45 / 0.30)
     assert result["ratio"]["ocrfleet"]["4 clients"] == pytest.approx(0.80 / 0.36)
     assert result["ratio"][bench_paddlex.SERVING_ONLY]["pdf_latency"] == pytest.approx(40 / 50)
     assert result["publishable"]["ok"]
-    assert "2.22x" in doc_tables.paddlex_table(result)  # 0.80 / 0.36 pages/s, 4 clients
+    assert "2.22x" in bench_paddlex.table(result, refuse=True)  # 0.80 / 0.36 pages/s, 4 clients
 
 
 def test_negative_scaling_or_a_busy_machine_is_not_published():
-    scaled_down = summary(**{SETUPS[0].name: figures(0.30, 0.25, 60)})
+    scaled_down = summary(**{SETUPS[0]: figures(0.30, 0.25, 60)})
     assert not scaled_down["publishable"]["ok"]
     assert "scales negatively" in scaled_down["publishable"]["reasons"][0]
     with pytest.raises(ValueError, match="not publishable"):
-        doc_tables.paddlex_table(scaled_down)
+        bench_paddlex.table(scaled_down, refuse=True)
     busy = summary(ocrfleet=figures(0.45, 0.80, 20, other=0.9))
     assert not busy["publishable"]["ok"] and "other processes" in \
         busy["publishable"]["reasons"][0]
-    assert "NO:" in doc_tables.paddlex_table(busy, refuse=False)  # printed, not published
+    assert "NO:" in bench_paddlex.table(busy)  # printed, not published
+
+
+def test_a_skipped_run_prints_its_reason_and_is_not_published():
+    skipped = {"skipped": "could not build bench/paddlex-venv (no network)",
+               "measured_at": "2026-01-01T00:00:00+0000", "commit": "abc", "command": "make",
+               "machine": {"cpus": 2, "cpu_model": "CPU"}}
+    assert "no network" in bench_paddlex.table(skipped)
+    with pytest.raises(ValueError, match="not publishable"):
+        bench_paddlex.table(skipped, refuse=True)

@@ -39,10 +39,10 @@ def test_scaling_benchmark_smoke(results, tmp_path):
     assert scaling["efficiency"][0] == pytest.approx(1.0)
     assert all(value > 0 for value in scaling["pages_per_s"] + scaling["pdf_latency_s"])
     assert all(f["failures"] == 0 and not f["pdf_failures"] for f in scaling["fleets"])
-    table = bench_scaling.scaling_table(scaling)
-    assert "efficiency" in table and "4p PDF s" in table
+    table = bench_scaling.table(scaling)
+    assert "efficiency" in table and "one 4-page PDF alone" in table
     json.dumps(scaling)  # what scaling.json gets
-    plot = report.plot_scaling(scaling, tmp_path / "scaling.png")
+    plot = bench_scaling.plot(scaling, tmp_path / "scaling.png")
     assert plot.read_bytes().startswith(b"\x89PNG")
 
 
@@ -76,9 +76,8 @@ def test_soak_measures_the_forked_worker_not_the_master(results, tmp_path):
 def test_gunicorn_worker_pid_is_a_child_of_the_master(tmp_path):
     with local_fleet.workers(1, local_fleet.sim_worker_env(0), tmp_path) as (worker,):
         child = procstats.gunicorn_worker_pid(worker.pid)
-        assert child != worker.pid and procstats.children(worker.pid) == [child]
-        assert child in procstats.group_pids(worker.pid)
-        assert procstats.rss_kib(child) > 0 and procstats.cpu_seconds([child]) > 0
+        assert child != worker.pid and child in procstats.group_pids(worker.pid)
+        assert procstats.rss_kib(child) > 0 and procstats.group_cpu([worker]) > 0
 
 
 def test_engine_benchmark_paths_with_the_sim_engine(tmp_path):
@@ -87,8 +86,8 @@ def test_engine_benchmark_paths_with_the_sim_engine(tmp_path):
     assert http["workers"] == 2 and http["pages"] == 6 and http["failures"] == 0
     assert http["pages_per_s"] > 0
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OCR_SIM_PAGE_MS": "5"}
-    out = subprocess.run([sys.executable, "-m", "loadtest.inprocess_engine", "--engine", "sim",
-                          "--pages", "3"], env=env, cwd=REPO_ROOT, capture_output=True,
+    out = subprocess.run([sys.executable, "-m", "loadtest.bench_engine", "--inprocess", "3",
+                          "sim"], env=env, cwd=REPO_ROOT, capture_output=True,
                          text=True, timeout=60, check=True)
     inprocess = json.loads(out.stdout.strip().splitlines()[-1])
     assert inprocess["pages"] == 3 and inprocess["engine"]["engine"] == "sim"
@@ -121,9 +120,7 @@ def test_bench_all_reports_a_broken_part_and_keeps_going(results, monkeypatch, c
 def test_a_result_says_how_it_was_made_and_which_engine_the_workers_ran(results, tmp_path):
     with local_fleet.workers(1, local_fleet.sim_worker_env(7), tmp_path) as (worker,):
         engines = report.engine_info([local_fleet.url_of(worker)] * 2)
-        from_metrics = report._metrics_engine_info(local_fleet.url_of(worker))
     assert len(engines) == 1 and engines[0]["engine"] == "sim"
-    assert {k: engines[0][k] for k in from_metrics} == from_metrics
     assert report.engine_label(engines) == "sim (7 ms/page)"
     real = {"engine": "paddleocr", "backend": "openvino", "precision": "bf16", "device": "cpu",
             "det_model": "PP-OCRv6_tiny_det", "rec_model": "PP-OCRv6_tiny_rec", "threads": "1"}
@@ -185,7 +182,7 @@ def test_batch_client_benchmark_smoke(results, tmp_path):
 def test_cache_benchmark_smoke(results, monkeypatch):
     """The cache bench's sim part: its page counts are checked (a cold read reads 4 of 40
     pages, a warm one none), and its table renders."""
-    from loadtest import bench_cache, doc_tables
+    from loadtest import bench_cache
     monkeypatch.setenv("BENCH_CACHE_ENGINES", "sim")
     monkeypatch.setenv("BENCH_CACHE_BATCH", "6")
     result = bench_cache.measure()
@@ -193,4 +190,4 @@ def test_cache_benchmark_smoke(results, monkeypatch):
     runs = result["fleets"][0]["runs"]
     assert runs["pdf40_of_4_cold"]["pagesRead"] == 4 and runs["batch_rerun"]["pagesRead"] == 0
     assert [m["store"] for m in result["miss"]] == ["SQLite", "Redis on loopback"]
-    assert "the same, warm" in doc_tables.cache_table(result)
+    assert "the same, warm" in bench_cache.table(result)

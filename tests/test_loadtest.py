@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from loadtest import figures, run_locust
+from loadtest import figures
 from loadtest.checks import Expected, WrongAnswer, check_ocr_response
 from loadtest.loadgen import run_closed_loop
 from loadtest.payloads import labelled_pdf_payload, make_payload, small_image_payloads
@@ -197,21 +197,16 @@ def test_load_generator_counts_wrong_answers_as_failures(fake_ocr):
     assert "dataInfo" in next(iter(bad.failures)) or "ocrResults" in next(iter(bad.failures))
 
 
-def test_run_locust_settings_from_environment():
-    config = run_locust.settings({"HOST": "127.0.0.1:9000/", "USERS": "3", "DURATION": "5s"})
-    assert config["host"] == "http://127.0.0.1:9000"
-    assert (config["users"], config["spawn_rate"], config["duration"]) == ("3", "2", "5s")
-    assert run_locust.settings({})["host"] == "http://127.0.0.1:8080"
-    command = run_locust.locust_command(config)
-    assert "--headless" in command and "--csv" in command and "--html" in command
+def make_loadtest(**env: str) -> subprocess.CompletedProcess:
+    """`make loadtest` (its install step taken as done) with these settings."""
+    return subprocess.run(["make", "-s", "-o", "install", "loadtest"], cwd=REPO_ROOT,
+                          env={**os.environ, **env}, capture_output=True, text=True, timeout=90)
 
 
 def _run_locust(host: str, results, duration: str = "4s") -> tuple[int, dict[str, dict]]:
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "HOST": host, "USERS": "4",
-           "SPAWN_RATE": "4", "DURATION": duration, "RESULTS_DIR": str(results),
-           "LOCUST_LONG_PAGES": "6", "LOCUST_MIXED_PAGES": "6"}
-    code = subprocess.run([sys.executable, "-m", "loadtest.run_locust"], env=env, cwd=REPO_ROOT,
-                          capture_output=True, timeout=60).returncode
+    code = make_loadtest(HOST=host, USERS="4", SPAWN_RATE="4", DURATION=duration,
+                         RESULTS_DIR=str(results), LOCUST_LONG_PAGES="6",
+                         LOCUST_MIXED_PAGES="6").returncode
     with open(results / "locust_stats.csv", newline="") as handle:
         stats = {row["Name"]: row for row in csv.DictReader(handle)}
     return code, stats
@@ -244,12 +239,9 @@ def test_locust_against_a_sim_worker_passes(tmp_path):
     assert int(total["Request Count"]) > 0 and int(total["Failure Count"]) == 0
 
 
-def test_run_locust_refuses_a_host_that_is_not_ready(tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "RESULTS_DIR": str(tmp_path),
-           "HOST": f"http://127.0.0.1:{free_port()}"}
-    done = subprocess.run([sys.executable, "-m", "loadtest.run_locust"], env=env, cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=30)
-    assert done.returncode == 2 and "start a fleet first" in done.stderr
+def test_make_loadtest_refuses_a_host_that_is_not_ready(tmp_path):
+    done = make_loadtest(RESULTS_DIR=str(tmp_path), HOST=f"http://127.0.0.1:{free_port()}")
+    assert done.returncode != 0 and "start a fleet first" in done.stderr
 
 
 def test_a_result_names_the_service_settings_it_ran_with_but_no_secret(monkeypatch):

@@ -8,10 +8,10 @@ from __future__ import annotations
 import threading
 import time
 
+import psutil
 import pytest
 import requests
 
-from loadtest import procstats
 from samples import documents
 from scripts.fleet import free_port, worker_process
 from tests.conftest import b64
@@ -53,11 +53,11 @@ def test_processes_over_the_ceiling_are_replaced_without_a_failure_or_a_readines
             response = requests.post(f"{url}/ocr", json={"file": PNG, "visualize": False},
                                      headers={"Connection": "close"}, timeout=30)
             answers.append(response.status_code)
-            seen_pids.update(procstats.children(process.pid))
+            seen_pids.update([p.pid for p in psutil.Process(process.pid).children()])
     finally:
         stop.set()
         prober.join(15)
-        children_at_end = procstats.children(process.pid)
+        children_at_end = [p.pid for p in psutil.Process(process.pid).children()]
         process.stop()
     assert len(seen_pids) >= 3, f"expected two replacements, saw processes {seen_pids}"
     assert set(answers) == {200}, answers
