@@ -232,8 +232,9 @@ class FairQueue:
         back of its ring; an urgent one first among equals). So documents share the fleet's
         slots evenly, and a new document (nothing in flight yet) gets the very next free
         slot. A document already at `quota` chunks in flight (its equal share of the whole
-        fleet, gateway.fleet) waits: the room another document leaves is not its to take. `hold_s`: no worker has room for a page
-        to start at once, so an urgent document waits that long since it came for some."""
+        fleet, gateway.fleet) waits: the room another document leaves is not its to take.
+        `hold_s`: no worker has room for a page to start at once, so an urgent document waits
+        that long since it came for some."""
         for priority in PRIORITIES:
             ring = self._rings[priority]
             ready = [(doc.inflight, not doc.urgent, turn, doc) for turn, doc in enumerate(ring)

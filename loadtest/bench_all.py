@@ -36,6 +36,8 @@ def main() -> int:
                 [f"ERROR: {type(exc).__name__}: {exc}"[:90], "-", "-", "ERROR"]]}
             broken = True
             continue
+        if hasattr(bench, "table"):
+            print(bench.table(result), flush=True)
         failures = report.wrong_answers(bench, result)
         if failures:
             rows = [[f"{name}: wrong answers or errors", str(failures), "0", "FAIL"], *rows]

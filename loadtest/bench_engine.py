@@ -11,10 +11,11 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import defaultdict
 from typing import Any, Callable
 
 from loadtest import figures, local_fleet, report
-from loadtest.loadgen import capacity, per_worker_rate
+from loadtest.loadgen import run_closed_loop
 from loadtest.payloads import dense_page_payloads
 from loadtest.procstats import ForeignLoad
 from scripts.fleet import REPO_ROOT
@@ -25,10 +26,17 @@ QUIET_CORES = 0.15  # other processes' load above which a run is measured again
 
 def http_rate(workers: list, pages_per_worker: int, payloads: list | None = None) -> dict:
     """Pages/s of these worker processes, each sent pages (default: dense pages) directly."""
-    urls = [local_fleet.url_of(w) for w in workers]
-    warm, load, foreign = capacity(workers, urls, payloads or dense_page_payloads(2),
-                                   pages_per_worker)
-    return {"workers": len(urls), "pages": load.ok_count, "pages_per_s": per_worker_rate(load),
+    urls, payloads = [local_fleet.url_of(w) for w in workers], payloads or dense_page_payloads(2)
+    warm = run_closed_loop(urls, payloads, len(urls), total_requests=len(urls), timeout=300)
+    with ForeignLoad(workers) as foreign:  # 2 in flight per worker
+        load = run_closed_loop(urls, payloads, 2 * len(urls),
+                               total_requests=pages_per_worker * len(urls), timeout=300)
+    finished = defaultdict(list)  # a rate per worker, first to last answer: no pipeline filling
+    for completion in load.completions:
+        if completion.ok:
+            finished[completion.replica].append(completion.finished)
+    return {"workers": len(urls), "pages": load.ok_count,
+            "pages_per_s": sum(figures.rate_from_completions(t) for t in finished.values()),
             "failures": load.failure_count + warm.failure_count,
             "failure_kinds": dict(load.failures.most_common(3)),
             "other_load_cores": round(foreign.cores, 2)}

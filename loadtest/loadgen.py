@@ -9,7 +9,7 @@ import itertools
 import math
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
@@ -17,9 +17,8 @@ from typing import Callable
 import requests
 
 from loadtest.checks import answer_problem
-from loadtest.figures import rate_from_completions, windowed_rate
+from loadtest.figures import windowed_rate
 from loadtest.payloads import JSON_HEADERS, Payload, small_image_payloads
-from loadtest.procstats import ForeignLoad
 
 
 @dataclass
@@ -139,27 +138,6 @@ def run_closed_loop(urls: str | list[str], payloads: list[Payload], concurrency:
     result.wall_s = time.perf_counter() - wall_before
     result.client_cpu_s = time.process_time() - cpu_before
     return result
-
-
-def per_worker_rate(load: LoadResult) -> float:
-    """Sum over workers of each worker's first-to-last completion rate (leaves out the
-    pipeline filling up)."""
-    times: dict[str, list[float]] = defaultdict(list)
-    for completion in load.completions:
-        if completion.ok:
-            times[completion.replica].append(completion.finished)
-    return sum(rate_from_completions(t) for t in times.values())
-
-
-def capacity(workers: list, urls: list[str], payloads: list[Payload], per_worker: int,
-             timeout: float = 300) -> tuple[LoadResult, LoadResult, ForeignLoad]:
-    """Workers fed directly: one untimed request each, then `per_worker` each with 2 in
-    flight per worker (rate: per_worker_rate); the warm-up, the run and its CPU sampler."""
-    warm = run_closed_loop(urls, payloads, len(urls), total_requests=len(urls), timeout=timeout)
-    with ForeignLoad(workers) as foreign:
-        load = run_closed_loop(urls, payloads, 2 * len(urls),
-                               total_requests=per_worker * len(urls), timeout=timeout)
-    return warm, load, foreign
 
 
 def images_every(url: str, every_s: float, stop: threading.Event) -> list[tuple[float, bool]]:

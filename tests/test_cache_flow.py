@@ -232,7 +232,8 @@ def test_images_and_tiffs_cached_answer_the_same_through_ocr_and_jobs(fleet, kin
 def test_an_api_keys_entries_are_its_own(processes, tmp_path):  # noqa: F811
     workers = start_workers(processes, tmp_path, 1, SIM)
     gateway = start_gateway(processes, tmp_path, {"GATEWAY_REPLICAS": workers[0]},
-                            GATEWAY_CACHE_ENABLED="true", GATEWAY_API_KEYS="key-one-0123456789,key-two-0123456789",
+                            GATEWAY_CACHE_ENABLED="true",
+                            GATEWAY_API_KEYS="key-one-0123456789,key-two-0123456789",
                             GATEWAY_CACHE_PATH=str(tmp_path / "cache.sqlite3"),
                             GATEWAY_JOBS_DB=str(tmp_path / "jobs.sqlite3"))
     image = documents.to_png(documents.text_image(["a private page"]))

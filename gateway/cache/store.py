@@ -1,6 +1,7 @@
 """The page cache's storage behind one small interface, and its embedded default: one SQLite
 file on this machine (stdlib, no server; shared by the gateway's processes), bounded by bytes
-with the least recently used entries evicted first, each entry living until it has not been used for a TTL.
+with the least recently used entries evicted first, each entry living until it has not been
+used for a TTL.
 
 The interface (`CacheStore`) is what gateway.cache.pages needs and no more:
   get(key) -> bytes | None         an entry, refreshing its last use

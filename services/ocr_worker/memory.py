@@ -1,6 +1,6 @@
-"""Keeping a worker's memory flat (docs/operations.md "Memory"): reading the process's resident memory,
-handing freed heap back to the OS after large pages, and noticing when the steady level passes
-the configured ceiling (the process is then replaced: services/ocr_worker/recycle.py).
+"""Keeping a worker's memory flat (docs/operations.md "Memory"): reading the process's resident
+memory, handing freed heap back to the OS after large pages, and noticing when the steady level
+passes the configured ceiling (the process is then replaced: services/ocr_worker/recycle.py).
 
 Why trimming: with onnxruntime's CPU arena off, a large page's activations (about 1 GB for a
 300-dpi A4 scan) are malloc'ed and freed on every call; glibc keeps much of what was freed in
