@@ -21,7 +21,7 @@ from typing import Any
 import requests
 
 from deploy.nginx import render as nginx
-from loadtest import figures, local_fleet, report
+from loadtest import local_fleet, report
 from loadtest.loadgen import at_once, documents_with_images, p95, run_closed_loop, send
 from loadtest.payloads import labelled_pdf_payload, small_image_payloads
 from loadtest.procstats import ForeignLoad
@@ -219,15 +219,6 @@ def measure() -> dict[str, Any]:
     if settings.route:
         result["route"] = run_route(log_dir)
     return {**result, **report.stamp(engines)}
-
-
-def rows(result: dict[str, Any]) -> list[list[Any]]:
-    return [[f"fleet {s['mode']} N={s['replicas']} G={s['gateways']}: efficiency, image p95, "
-             "finish spread", f"{s['efficiency']}, {s['image_p95_s']}, {s['finish_spread']}",
-             ">= 0.95, <= 2.0, <= 0.15", figures.verdict(
-                 s["documents_ok"] == s["documents"] and s["images_ok"] == s["images"]
-                 and (s["efficiency"] or 0) >= 0.95 and s["finish_spread"] <= 0.15
-                 and (s["image_p95_s"] or 99) <= 2.0)] for s in result["shapes"]]
 
 
 def wrong_answers(result: dict[str, Any]) -> int:

@@ -110,17 +110,5 @@ def table(result: dict[str, Any]) -> str:
         f"\n{report.measured(result)} (gateway: {result['gateway_env']})."])
 
 
-def rows(result: dict[str, Any]) -> list[list[Any]]:
-    most = max(r["pages"] for r in result["formats"])
-    worst = max((r for r in result["formats"] if r["pages"] == most),
-                key=lambda r: r["peak_growth_mb"])
-    return [[f"gateway peak RSS growth, {most}-page PDF (worst: {worst['format']}, visualize "
-             f"{'on' if worst['visualize'] else 'off'})", f"+{worst['peak_growth_mb']} MB",
-             "(reported)", "info"]] + \
-        [[f"gateway: {u['uploads']} x {u['upload_mb']} MB uploads ({u['body']})",
-          f"{u['answered_200']} x 200, {u['answered_429']} x 429, peak +{u['peak_growth_mb']} MB",
-          "(reported)", "info"] for u in result["uploads"]]
-
-
 if __name__ == "__main__":
     sys.exit(report.main(sys.modules[__name__]))

@@ -223,10 +223,6 @@ def measure() -> dict[str, Any]:
             **report.stamp([v["engine"] for v in variants] + [split["engine"]])}
 
 
-def rows(result: dict[str, Any]) -> list[list[Any]]:
-    return []  # not part of `make bench`: its figures are table()'s
-
-
 def table(result: dict[str, Any]) -> str:
     """The allocator variants over ten large pages, one A4 page's peak split, and
     OCR_DET_MAX_SIDE's trade."""

@@ -2,10 +2,10 @@
 (stamp(): when, command, commit, machine, its load, the engines the workers report), Markdown
 tables, JSON under bench/results/, matplotlib, and main(), which runs one benchmark module.
 
-A benchmark module defines FILE (its JSON name), measure() (the result, stamp() in it) and
-rows(result) (the summary's rows: HEADERS); optionally wrong_answers(result) (else the result's
-"failures"), table(result) (Markdown: the console's and the docs' table, loadtest.doc_tables)
-and plot(result, path) with PLOT (a PNG name)."""
+A benchmark module defines FILE (its JSON name) and measure() (the result, stamp() in it);
+optionally rows(result) (its rows in `make bench`'s summary: HEADERS; a part of `make bench`
+has them), wrong_answers(result) (else the result's "failures"), table(result) (Markdown: the
+console's and the docs' table, loadtest.doc_tables) and plot(result, path) with PLOT."""
 
 from __future__ import annotations
 
@@ -221,7 +221,7 @@ def run(bench) -> tuple[dict[str, Any], list[list[Any]]]:
     say(f"wrote {write_json(bench.FILE, result)}")
     if hasattr(bench, "plot"):
         bench.plot(result, results_dir() / bench.PLOT)
-    return result, bench.rows(result)
+    return result, bench.rows(result) if hasattr(bench, "rows") else []
 
 
 def main(bench) -> int:
