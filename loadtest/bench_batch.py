@@ -56,9 +56,12 @@ def run(pages: int, doc_pages: int, concurrency: int, log_dir: Path,
     counts = [min(doc_pages, pages - first) for first in range(0, pages, doc_pages)]
     docs = [documents.labelled_pdf(size, lines_per_page=12, seed=number * 100)
             for number, size in enumerate(counts)]
-    # the first 10 pages, each as the one-page PDF the gateway sends a worker
-    singles = [page for data, size in zip(docs, counts) for page in one_page_pdfs(data, size)]
-    probe = [make_payload(f"page-{i}", page, "pdf", 1) for i, page in enumerate(singles[:10])]
+    singles: list[bytes] = []  # the first 10 pages, each as the one-page PDF a worker is sent
+    for data, size in zip(docs, counts):
+        singles += one_page_pdfs(data, min(size, 10 - len(singles)))
+        if len(singles) == 10:
+            break
+    probe = [make_payload(f"page-{i}", page, "pdf", 1) for i, page in enumerate(singles)]
     with tempfile.TemporaryDirectory(prefix="bench-batch-") as tmp:
         source, target = Path(tmp) / "in", Path(tmp) / "out"
         source.mkdir()
