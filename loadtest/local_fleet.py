@@ -114,8 +114,8 @@ class Fleet:
         self.env = sim_worker_env(page_ms, **(worker_env or {}))
         self.port = free_port()  # the one worker port of DNS mode
         self.workers: list[ManagedProcess] = []
-        self.nginx: ManagedProcess | None = None
-        self.nginx_dir, self.nginx_port = log_dir / "nginx", free_port()
+        self.nginx: ManagedProcess | None = None  # on `nginx_port`, started on first use
+        self.nginx_dir, self.nginx_port = log_dir / "nginx", 0
         self.hosts: HostsFile | None = None
         log_dir.mkdir(parents=True, exist_ok=True)
         try:
@@ -165,6 +165,7 @@ class Fleet:
         """The gateway settings that reach the workers in this mode (nginx, dns or list)."""
         if mode == "nginx":
             if self.nginx is None:
+                self.nginx_port = free_port()
                 self.nginx = nginx_process(self.addresses(), self.nginx_dir,
                                            self.nginx_port).start()
             return {"GATEWAY_UPSTREAM_URL": f"http://127.0.0.1:{self.nginx_port}"}

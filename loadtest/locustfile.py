@@ -50,7 +50,10 @@ def send_checked(user: HttpUser, kind: str, label: str | None = None) -> None:
                           name=label or f"/ocr pdf {payload.expected.pages}p",
                           catch_response=True) as response:
         problem = answer_problem(response.status_code, response.json, payload.expected)
-        response.failure(problem) if problem else response.success()
+        if problem:
+            response.failure(problem)
+        else:
+            response.success()
 
 
 class ImageUser(HttpUser):
