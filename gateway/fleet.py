@@ -48,6 +48,7 @@ class Share:
     documents: float = 1.0  # every process's documents with pages to send
     held: float = 0.0  # every process's held pages
     quota: float = 2.0  # slots per document with pages to send
+    rate: float | None = None  # chunks/s the fleet's documents were sent at (gateway.lead)
 
     def target_of(self, worker_ids: Iterable[str], default: float) -> float:
         """The pages one replica URL holds: the targets of the worker processes heard behind
@@ -74,14 +75,16 @@ class FleetView:
         self._documents = 0
         self._held = 0
         self._held_seq = 0
+        self._rate, self._rate_seq = 0.0, 0
         self._probe_round = FIRST_PROBE_ROUND
         self._told_quiet = True  # what the last `untold` news was (a new process is quiet)
-        self._outgoing: tuple | None = None  # ((seq, held seq), built at, header)
+        self._outgoing: tuple | None = None  # ((seqs), built at, header)
 
     # ---- what this process says --------------------------------------------------------------
-    def set_demand(self, documents: int, held: int = 0) -> bool:
-        """How many documents this process has with pages to send, and the pages in flight of
-        its documents with none left to send (the scheduler's). True when this process has
+    def set_demand(self, documents: float, held: int = 0) -> bool:
+        """How many documents this process has with pages to send (their weights' sum,
+        gateway.lead), and the pages in flight of its documents with none left to send (the
+        scheduler's). True when this process has
         just gone quiet (nothing to send, nothing out) or just woken from quiet: news no page
         carries soon enough (see `untold`)."""
         with self._lock:
@@ -92,7 +95,15 @@ class FleetView:
                 self._documents, self._seq = documents, self._seq + 1
             return was_busy != bool(documents or held)
 
-    def demand(self) -> tuple[int, int]:
+    def set_rate(self, rate: float) -> None:
+        """The mean rate this process's documents with pages to send were sent at
+        (gateway.lead)."""
+        rate = round(rate, 2)  # the board's resolution
+        with self._lock:
+            if rate != self._rate:
+                self._rate, self._rate_seq = rate, self._rate_seq + 1
+
+    def demand(self) -> tuple[float, int]:
         """(documents with pages to send, held pages), as last set."""
         with self._lock:
             return self._documents, self._held
@@ -119,8 +130,9 @@ class FleetView:
         with self._lock:
             demand, seq, held, held_seq = (self._documents, self._seq, self._held,
                                            self._held_seq)
+            rate, seqs = self._rate, (seq, held_seq, self._rate_seq)
             cached = self._outgoing
-            if cached is not None and cached[0] == (seq, held_seq) and \
+            if cached is not None and cached[0] == seqs and \
                     now - cached[1] < REBUILD_S:
                 return cached[2]
             self._estimate_seq += 1
@@ -129,10 +141,11 @@ class FleetView:
         self.board.say("c", self.id, seq, demand)
         self.board.say("h", self.id, held_seq, held)
         self.board.say("f", self.id, estimate_seq, own_slots)
-        header = {headers.BOARD: self.board.header([("c", self.id), ("h", self.id),
-                                                     ("f", self.id)])}
+        self.board.say("s", self.id, seqs[2], rate)
+        header = {headers.BOARD: self.board.header(
+            [(kind, self.id) for kind in ("c", "h", "f", "s")])}
         with self._lock:
-            self._outgoing = ((seq, held_seq), now, header)
+            self._outgoing = (seqs, now, header)
         return header
 
     def heard(self, board_header: str | None) -> None:
@@ -148,7 +161,7 @@ class FleetView:
         already met the new workers of a scale-up). With a replica list or DNS name, the
         gateway knows the replicas itself: `replica_slots`, the sum of their targets."""
         with self._lock:
-            mine, my_held = max(1, self._documents), self._held
+            mine, my_held, my_rate = self._documents or 1, self._held, self._rate
         live = self.board.live()
         demands = {c.id: c.value for c in live["c"]}
         demands[self.id] = mine
@@ -163,7 +176,17 @@ class FleetView:
         quota = max(total - sum(held.values()), MIN_UNHELD * total) / sum(demands.values())
         fraction = min(1.0, (my_held + mine * quota) / total)
         return Share(fraction, slots or None, targets, len(demands), sum(demands.values()),
-                     sum(held.values()), quota)
+                     sum(held.values()), quota, self._fleet_rate(live["s"], demands, my_rate))
+
+    def _fleet_rate(self, rates: list, demands: dict[str, float], mine: float) -> float | None:
+        """The mean rate the fleet's documents with pages to send were sent at: each
+        process's, by its demand (None while no process with documents has said one)."""
+        said = {e.id: e.value for e in rates if e.id != self.id}
+        if self._documents:
+            said[self.id] = mine
+        weights = {i: demands[i] for i in said if demands.get(i)}
+        total = sum(weights.values())
+        return sum(said[i] * w for i, w in weights.items()) / total if total else None
 
     def status(self) -> dict:
         """This process's place in the fleet, for /fleet."""
@@ -172,6 +195,7 @@ class FleetView:
                 "gatewayProcesses": share.clients,
                 "workers": len(share.targets), "fleetSlots": round(share.slots or 0, 2),
                 "limit": share.limit(self.default_target), "documents": self._documents,
+                "rate": share.rate,
                 "held": self._held, "fleetDocuments": share.documents,
                 "fleetHeld": share.held}
 

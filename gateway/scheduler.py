@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterator, Protocol
 from services.ocr_api import tracing
 from services.ocr_api.errors import ApiError
 
-from . import assemble, metrics
+from . import assemble, lead, metrics
 from .assemble import PageOutcome
 from .backoff import Backoff
 from .budget import RetryBudget
@@ -110,6 +110,8 @@ class Document:
         self.pending: deque[Task] = deque()  # chunks put back (busy or retry), by position
         self.next_position = 0
         self.inflight = 0
+        self.sent = 0  # chunks sent at least once (gateway.lead)
+        self.weight = lead.Weight()  # its share of the fleet, in equal shares
         self.stopped = False  # nothing more is sent (deadline, cancel, or failure)
         self.finished = False
         self.answers: queue.Queue = queue.Queue()
@@ -230,16 +232,18 @@ class FairQueue:
         """The next document with a chunk to send now: of the first priority class that has
         one, the document with the fewest chunks in flight, ties in turn (it then moves to the
         back of its ring; an urgent one first among equals). So documents share the fleet's
-        slots evenly, and a new document (nothing in flight yet) gets the very next free
-        slot. A document already at `quota` chunks in flight (its equal share of the whole
-        fleet, gateway.fleet) waits: the room another document leaves is not its to take.
+        slots evenly (each one's in flight counted over its weight, gateway.lead), and a new
+        document (nothing in flight yet) gets the very next free slot. A document already at
+        `quota` chunks in flight (its equal share of the whole fleet, gateway.fleet; times its
+        weight) waits: the room another document leaves is not its to take.
         `hold_s`: no worker has room for a page to start at once, so an urgent document waits
         that long since it came for some."""
         for priority in PRIORITIES:
             ring = self._rings[priority]
-            ready = [(doc.inflight, not doc.urgent, turn, doc) for turn, doc in enumerate(ring)
-                     if doc.sendable(now) and (quota is None or doc.inflight < quota)
-                     and not self._held(doc, now, hold_s)]
+            ready = [(doc.inflight / doc.weight.value, not doc.urgent, turn, doc)
+                     for turn, doc in enumerate(ring)
+                     if doc.sendable(now) and not self._held(doc, now, hold_s)
+                     and (quota is None or doc.inflight < max(1.0, quota * doc.weight.value))]
             if ready:
                 doc = min(ready, key=lambda item: item[:3])[3]
                 ring.remove(doc)
@@ -355,16 +359,34 @@ class Scheduler:
         with chunks still to send, and the chunks in flight of those with none left (they
         hold a slot each, and no more). An urgent document holds its one slot from the
         start: waiting for a worker to start it, it must not take a whole document's quota
-        of the fleet from the others' documents."""
-        queued = held = 0
+        of the fleet from the others' documents. A document with pages to send counts its
+        weight (gateway.lead)."""
+        queued, held = 0.0, 0
         for doc in self.fair.documents():
             if doc.urgent:
                 held += 1 if doc.has_queued() else doc.inflight
             elif doc.has_queued():
-                queued += 1
+                queued += doc.weight.value
             else:
                 held += doc.inflight
         self.replicas.set_demand(queued, held)
+
+    def _reweigh(self, now: float) -> None:
+        """Under the lock: tell the board the rate this process's documents were sent at, and
+        weigh each by its lead on the fleet's (gateway.lead). Not before a page has come back: until then
+        no lead can show."""
+        share, page_s = self.replicas.share(), self._page_s
+        if share is None or page_s is None:
+            return
+        docs = [d for d in self.fair.documents() if not d.urgent and d.has_queued()]
+        rates = [lead.rate(d.sent, now - d.admitted_at, page_s) for d in docs]
+        self.replicas.fleet.set_rate(sum(rates) / len(rates) if rates else 0.0)
+        if share.rate is None:
+            return
+        for doc, own in zip(docs, rates):
+            ahead = (own - share.rate) * (now - doc.admitted_at + page_s)
+            doc.weight.follow(ahead, share.quota, now)
+        self._tell_demand()
 
     def snapshot(self) -> dict[str, int]:
         with self._cond:
@@ -449,6 +471,7 @@ class Scheduler:
         Before every wait, and at least every TIDY_S while pages flow (not on every page: it
         looks at every document)."""
         self._tidied_at = now
+        self._reweigh(now)
         expired = self.fair.expire(now)
         if expired:
             self._tell_demand()
@@ -477,6 +500,7 @@ class Scheduler:
                 return
             if not task.sent:
                 task.sent = True
+                doc.sent += 1
                 self.budget.record_send()
             self.executor.submit(self._send, doc, task, replica)
         except Exception:

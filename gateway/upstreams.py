@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 from services.ocr_api import headers as h
 
 from .backoff import Backoff
-from .fleet import MAX_PROBE_ROUND, FleetView, dither, slots_of
+from .fleet import MAX_PROBE_ROUND, FleetView, Share, dither, slots_of
 from .outcome import Outcome
 
 if TYPE_CHECKING:
@@ -161,6 +161,7 @@ class ReplicaSet:
         self._news = True  # demand or a board changed since the last rebalance
         self._limit = 1  # pages this process may keep out in all (its share of the fleet)
         self._quota: int | None = None  # chunks in flight per document (gateway.fleet)
+        self._share: Share | None = None  # the board as last read (`_rebalance`)
         self._probe_skip_s = 0.0  # the health interval, once probing runs
         self._room_seen = False  # behind a balancer: the last worker heard has room, and
         # nothing was sent since (see `starts_at_once`)
@@ -184,7 +185,7 @@ class ReplicaSet:
         for listener in self._listeners:
             listener()
 
-    def set_demand(self, documents: int, held: int = 0) -> None:
+    def set_demand(self, documents: float, held: int = 0) -> None:
         """The scheduler's documents with pages to send, and the pages in flight of those
         with none left: this process's weight in the fleet (gateway.fleet)."""
         before = self.fleet.demand()
@@ -220,6 +221,13 @@ class ReplicaSet:
             share = self.fleet.share(replica_slots=fleet or None)
             self._limit = max(1, dither(share.fraction * fleet))
         self._quota = share.document_quota()
+        self._share = share
+
+    def share(self) -> Share | None:
+        """The fleet board as last read: quota and rate (gateway.lead); None before any."""
+        with self._lock:
+            self._rebalance(self._clock())
+            return self._share
 
     def document_quota(self) -> int | None:
         """Chunks in flight one document may have: its equal part of the fleet."""

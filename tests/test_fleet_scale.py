@@ -120,22 +120,25 @@ def test_documents_through_two_gateways_progress_together(mode, workers, process
         thread.join(300)
     assert done == [PAGES] * len(targets)
     [progress] = first_finish
-    # while every document still sent, each gateway met all the workers behind it and counted
-    # every document, and the gateway with three of the four held about three quarters of
-    # the fleet (a look, not one instant: a document can be between chunks at any moment)
+    # while every document still sent, each gateway met all the workers behind it, counted the
+    # other's documents as the other did, and held the fleet's part its documents' weights
+    # call for (gateway.lead: a look, not one instant, as a document can be between chunks)
     def agreed(look: list[dict]) -> bool:
-        limits = [share["limit"] for share in look]
+        fleet = [share["fleetDocuments"] for share in look]
         return ([share["workers"] for share in look] == [WORKERS, WORKERS]
-                and [share["fleetDocuments"] for share in look] == [4, 4]
-                and abs(limits[0] - 3 * limits[1]) <= 4)
+                and abs(fleet[0] - fleet[1]) <= 0.5
+                and all(s["fleetDocuments"] > s["documents"] and abs(
+                    s["limit"] - s["fleetSlots"] * s["documents"] / s["fleetDocuments"]) <= 2
+                        for s in look))
 
     assert looks and any(agreed(look) for look in looks), looks[-3:]
-    if mode == "nginx":
-        # behind one balancer the lone document on the second gateway kept pace with the
-        # three on the first: when the first of the four ended, each had most of its pages.
-        # (The first round of pages, before the gateways have heard of each other, can be
-        # all one gateway's: 32 workers, about a quarter of one document.)
-        assert min(progress) >= 0.6 * PAGES, progress
+    # the lone document on the second gateway kept pace with the three on the first: when the
+    # first of the four ended, each had most of its pages. The first round of pages, before
+    # the gateways have heard of each other, can be all one gateway's (32 workers, a quarter
+    # of a document): the lead it gives is given back (gateway.lead). Behind one balancer
+    # that is 0.95-1 of the pages (0.86 without it); with a list, where a gateway finds
+    # the workers the other left only as it hears from them, 0.7-0.95 (0.76-0.93)
+    assert min(progress) >= (0.9 if mode == "nginx" else 0.6) * PAGES, progress
 
 
 def fleet_share(gateway) -> dict:

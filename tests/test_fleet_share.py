@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from gateway import lead
 from gateway.dispatch import Attempt
 from gateway.fleet import FleetView, dither, slots_of
 from gateway.outcome import Outcome
@@ -130,6 +131,45 @@ def test_pages_held_by_images_come_off_first_and_documents_share_the_rest_equall
     quota = (48 - 8) / 4  # 10 slots per long document
     assert view.share().fraction * 48 == pytest.approx(8 + 1 * quota)
     assert view.share().limit(2.0) == 18
+
+
+def test_the_fleets_rate_is_every_processs_rate_by_its_demand():
+    clock = Clock()
+    board = Board(clock=clock)
+    view = FleetView(board)
+    view.id = "m"
+    view.set_rate(9.0)  # a process without documents: its rate is not the fleet's
+    assert view.share().rate is None
+    board.merge("c:a:1:300:0,s:a:1:400:0")  # three documents sent 4 chunks/s each
+    assert view.share().rate == pytest.approx(4.0)
+    view.set_demand(1)
+    assert view.share().rate == pytest.approx((3 * 4.0 + 9.0) / 4)
+    assert "s:m:" in view.outgoing()[headers.BOARD]  # told with the demand
+    clock.now += board.client_ttl_s + 1  # the other process's entries expire
+    assert view.share().rate == pytest.approx(9.0)
+
+
+# ---- shares that remember (gateway.lead) ---------------------------------------------------
+def test_a_documents_rate_counts_its_first_page_time_so_a_fair_start_is_its_shares_rate():
+    quota, page_s = 8, 2.0  # a share of 8 chunks in flight, 2 s each: 4 chunks/s
+    assert lead.rate(quota, 0.0, page_s) == pytest.approx(4.0)  # the first round at once
+    assert lead.rate(quota + 4 * 10, 10.0, page_s) == pytest.approx(4.0)
+    assert lead.rate(quota + 4 * 10 + 32, 10.0, page_s) > 6.0  # a head start shows long
+
+
+def test_a_document_ahead_of_the_fleet_steps_down_and_comes_back_once_caught_up():
+    weight = lead.Weight()
+    assert weight.follow(lead=8, quota=8, now=0.0) == 0.75  # one step towards 0.5...
+    assert weight.follow(lead=8, quota=8, now=0.1) == 0.75  # ...at most every HOLD_S
+    assert weight.follow(lead=8, quota=8, now=0.6) == 0.5
+    assert weight.follow(lead=80, quota=8, now=1.2) == 0.25  # never below MIN
+    assert weight.follow(lead=80, quota=8, now=1.8) == lead.MIN
+    assert weight.follow(lead=4, quota=8, now=1.9) == 0.75  # the lead shrinks: at once
+    assert weight.follow(lead=1, quota=8, now=2.0) == 1.0  # caught up (within a step)
+    weight = lead.Weight()
+    for now in range(0, 10):
+        weight.follow(lead=-80, quota=8, now=float(now))
+    assert weight.value == lead.MAX  # a document far behind gets at most MAX shares
 
 
 def test_a_share_in_whole_pages_averages_the_exact_share():

@@ -185,6 +185,18 @@ def test_a_document_at_its_fleet_quota_leaves_the_room_to_the_others():
     assert fair.pick(0, quota=4) in (long_doc, image)
 
 
+def test_a_document_that_got_ahead_holds_its_weight_of_the_slots():
+    fair = FairQueue()
+    ahead, behind = doc(40), doc(40)
+    ahead.weight.value = 0.5  # gateway.lead: a quota ahead of the fleet
+    for d in (ahead, behind):
+        fair.add(d)
+    while (picked := fair.pick(0, quota=4)) is not None:
+        picked.take(0)
+        picked.inflight += 1
+    assert (ahead.inflight, behind.inflight) == (2, 4)  # half a quota, and a whole one
+
+
 def test_an_urgent_document_waits_for_room_to_start_at_once_but_not_for_ever():
     fair = FairQueue()
     long_doc, image = doc(40), doc(1)

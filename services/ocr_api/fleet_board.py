@@ -1,7 +1,7 @@
 """The fleet board: what the gateway processes and the workers of one fleet know of each
 other, passed on by gossip in one header (`X-Ocr-Board`) on every page and every answer.
 
-Four kinds of entries, each stamped by its owner with a sequence number (the newest wins,
+Five kinds of entries, each stamped by its owner with a sequence number (the newest wins,
 so no clock is shared) and carried with its age (seconds since its owner last said it):
 
 - `c`, a **client** (one gateway process): how many documents it has with pages to send
@@ -18,6 +18,9 @@ so no clock is shared) and carried with its age (seconds since its owner last sa
   than its documents' share for its long ones.
 - `f`, a client's **fleet estimate**: the slots it counts. Every gateway takes the largest
   live estimate, so one that has met the new workers of a scale-up tells the others at once.
+- `s`, a client's **send rate**: the chunks per second its documents with pages to send were
+  sent at since they came (gateway.lead), so that a document that got ahead in one gateway gives
+  the lead back to those in the others.
 
 A gateway sends its own entry and everything it knows on each page; a worker merges what it
 is sent and answers with its own entry and its board. An entry thus reaches every gateway
@@ -39,12 +42,14 @@ from services.ocr_api.headers import BOARD as BOARD_HEADER  # noqa: F401 (re-exp
 MAX_HEADER_CHARS = 4096  # a longer header is ignored
 MAX_SENT_CHARS = 2048  # nginx's default proxy_buffer_size (4 KiB) holds every answer's headers
 _ID = re.compile(r"[0-9a-z]{1,16}")
+KINDS = ("c", "h", "f", "s", "w")
+CLIENT_KINDS = KINDS[:-1]
 
 
 @dataclass
 class Entry:
     kind: str  # "c": a client's documents, "h": its held pages, "f": its fleet estimate,
-    # "w": a worker's target
+    # "s": its send rate, "w": a worker's target
     id: str
     seq: int
     value: float  # a client's demand (documents), a worker's target (pages)
@@ -92,10 +97,10 @@ class Board:
 
     # ---- reading -----------------------------------------------------------------------------
     def live(self) -> dict[str, list[Entry]]:
-        """The entries heard from recently, by kind ("c", "h", "f", "w"); draining workers are
-        included, with target 0."""
+        """The entries heard from recently, by kind (KINDS); draining workers are included,
+        with target 0."""
         now = self.clock()
-        out: dict[str, list[Entry]] = {"c": [], "h": [], "f": [], "w": []}
+        out: dict[str, list[Entry]] = {kind: [] for kind in KINDS}
         with self._lock:
             stale = []
             for key, entry in self._entries.items():
@@ -121,9 +126,9 @@ class Board:
         now = self.clock()
         wanted = set(first)
         live = self.live()
-        entries = live["c"] + live["h"] + live["f"] + live["w"]
-        own = [e for e in entries if (e.kind, e.id) in wanted]
-        clients = [e for e in live["c"] + live["h"] + live["f"] if (e.kind, e.id) not in wanted]
+        clients = [e for kind in CLIENT_KINDS for e in live[kind]]
+        own = [e for e in clients + live["w"] if (e.kind, e.id) in wanted]
+        clients = [e for e in clients if (e.kind, e.id) not in wanted]
         workers = sorted((e for e in live["w"] if (e.kind, e.id) not in wanted),
                          key=lambda e: e.id)  # ids are random: new and old ones mixed
         if workers:
@@ -146,7 +151,7 @@ def _format(entry: Entry, now: float) -> str:
 def _parse(item: str, now: float) -> Entry | None:
     """`kind:id:seq:value*100:age*10`, or None when anything is off."""
     parts = item.split(":")
-    if len(parts) != 5 or parts[0] not in ("c", "h", "f", "w") or not _ID.fullmatch(parts[1]):
+    if len(parts) != 5 or parts[0] not in KINDS or not _ID.fullmatch(parts[1]):
         return None
     numbers = parts[2:]
     if not all(p.isascii() and p.isdigit() and len(p) <= 12 for p in numbers):

@@ -1,0 +1,50 @@
+"""Shares that remember: a document's weight in the fleet, so that one that got ahead gives
+the lead back.
+
+Equal documents submitted together should finish together, whichever gateway process they
+came through. Shares are equal at every moment (gateway.fleet), but the first moments are
+not: a process that admits its documents before it has heard the others' demand sends up to
+the share its board shows, and its documents start a whole page time ahead. With equal
+shares from then on, the lead is never given back, and they finish first.
+
+So the rate each document was sent at is measured: its chunks sent over its age plus one
+page time, which is exactly its share's rate from the start (the first page time's worth goes
+out at once). Each process tells the board its documents' mean rate (`s` entries); the
+fleet's rate is the mean over every process. A document's lead is what it was sent beyond the
+fleet's rate over its own age, in quotas (its chunks in flight): a document one quota ahead
+counts half, one quota behind counts one and a half, within [MIN, MAX]. Comparing rates, not
+counts, leaves a document that came later at its equal share: it is not owed what the others
+got before it came. A weight moves away from 1 one STEP at a time, at most every HOLD_S, so the board (and
+the shares computed from it) has time to follow; back towards 1 at once, as the lead shrinks,
+so a document that gave its lead back does not fall behind. Pure: the caller gives the clock's time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MIN, MAX, STEP = 0.25, 2.0, 0.25
+HOLD_S = 0.5
+SLOPE = 0.5  # the weight's change per quota of lead
+
+
+def rate(sent: int, age_s: float, page_s: float) -> float:
+    """Chunks sent per second since the document came, counting its first page time."""
+    return sent / (max(0.0, age_s) + page_s)
+
+
+@dataclass
+class Weight:
+    value: float = 1.0
+    changed_at: float = float("-inf")
+
+    def follow(self, lead: float, quota: float, now: float) -> float:
+        """The weight `lead` chunks over a `quota` call for: at once when nearer 1, else one
+        STEP towards it."""
+        goal = 1.0 - SLOPE * lead / max(quota, 1.0)
+        goal = min(MAX, max(MIN, round(goal / STEP) * STEP))
+        if abs(goal - 1.0) < abs(self.value - 1.0):
+            self.value = goal  # the lead is shrinking: no holding back what is not owed
+        elif goal != self.value and now - self.changed_at >= HOLD_S:
+            self.value += STEP if goal > self.value else -STEP
+            self.changed_at = now
+        return self.value
