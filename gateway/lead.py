@@ -11,18 +11,21 @@ So the rate each document was sent at is measured: its chunks sent over its age 
 page time, which is exactly its share's rate from the start (the first page time's worth goes
 out at once). Each process tells the board its documents' mean rate (`s` entries); the
 fleet's rate is the mean over every process. A document's lead is what it was sent beyond the
-fleet's rate over its own age, in quotas (its chunks in flight): a document one quota ahead
-counts half, one quota behind counts one and a half, within [MIN, MAX]. Comparing rates, not
-counts, leaves a document that came later at its equal share: it is not owed what the others
-got before it came. A weight moves away from 1 one STEP at a time, at most every HOLD_S, so the board (and
-the shares computed from it) has time to follow; back towards 1 at once, as the lead shrinks,
-so a document that gave its lead back does not fall behind. Pure: the caller gives the clock's time."""
+fleet's rate over its own age, in quotas (its chunks in flight): one quota ahead, it counts
+half a share; two ahead, a quarter (MIN). The documents behind are not raised: the share a
+slowed document leaves goes to the others by the board's arithmetic, and raising them as well
+would over-fill the fleet while the board catches up (their images then wait behind pages).
+Rates, not counts, are compared, so a document that came later keeps its equal share: it is
+not owed what the others got before it came. A weight goes down one STEP at a time, at most
+every HOLD_S, so that the board (and the shares computed from it) can follow; back up at
+once as the lead shrinks, so a document that gave its lead back does not fall behind. Pure:
+the caller gives the clock's time."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-MIN, MAX, STEP = 0.25, 2.0, 0.25
+MIN, STEP = 0.25, 0.25
 HOLD_S = 0.5
 SLOPE = 0.5  # the weight's change per quota of lead
 
@@ -38,13 +41,13 @@ class Weight:
     changed_at: float = float("-inf")
 
     def follow(self, lead: float, quota: float, now: float) -> float:
-        """The weight `lead` chunks over a `quota` call for: at once when nearer 1, else one
-        STEP towards it."""
+        """The weight `lead` chunks over a `quota` call for: at once when higher, else one
+        STEP down towards it."""
         goal = 1.0 - SLOPE * lead / max(quota, 1.0)
-        goal = min(MAX, max(MIN, round(goal / STEP) * STEP))
-        if abs(goal - 1.0) < abs(self.value - 1.0):
-            self.value = goal  # the lead is shrinking: no holding back what is not owed
-        elif goal != self.value and now - self.changed_at >= HOLD_S:
-            self.value += STEP if goal > self.value else -STEP
+        goal = min(1.0, max(MIN, round(goal / STEP) * STEP))
+        if goal > self.value:
+            self.value = goal  # the lead shrinks: no holding back what is not owed
+        elif goal < self.value and now - self.changed_at >= HOLD_S:
+            self.value -= STEP
             self.changed_at = now
         return self.value

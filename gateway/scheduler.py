@@ -228,7 +228,8 @@ class FairQueue:
     def documents(self) -> list[Document]:
         return [doc for ring in self._rings.values() for doc in ring]
 
-    def pick(self, now: float, quota: int | None = None, hold_s: float = 0.0) -> Document | None:
+    def pick(self, now: float, quota: int | None = None, hold_s: float = 0.0,
+             urgent_only: bool = False) -> Document | None:
         """The next document with a chunk to send now: of the first priority class that has
         one, the document with the fewest chunks in flight, ties in turn (it then moves to the
         back of its ring; an urgent one first among equals). So documents share the fleet's
@@ -237,12 +238,13 @@ class FairQueue:
         `quota` chunks in flight (its equal share of the whole fleet, gateway.fleet; times its
         weight) waits: the room another document leaves is not its to take.
         `hold_s`: no worker has room for a page to start at once, so an urgent document waits
-        that long since it came for some."""
+        that long since it came for some. `urgent_only`: only room for an urgent page."""
         for priority in PRIORITIES:
             ring = self._rings[priority]
             ready = [(doc.inflight / doc.weight.value, not doc.urgent, turn, doc)
                      for turn, doc in enumerate(ring)
                      if doc.sendable(now) and not self._held(doc, now, hold_s)
+                     and (doc.urgent or not urgent_only)
                      and (quota is None or doc.inflight < max(1.0, quota * doc.weight.value))]
             if ready:
                 doc = min(ready, key=lambda item: item[:3])[3]
@@ -254,6 +256,10 @@ class FairQueue:
     @staticmethod
     def _held(doc: Document, now: float, hold_s: float) -> bool:
         return hold_s > 0 and doc.urgent and now < doc.admitted_at + hold_s
+
+    def has_urgent(self, now: float) -> bool:
+        """An urgent document has its page to send (`Document.urgent`)."""
+        return any(doc.urgent and doc.sendable(now) for doc in self._rings[INTERACTIVE])
 
     def holding(self, now: float, hold_s: float) -> bool:
         """An urgent document would be held now (`pick`): it waits for room to start."""
@@ -438,10 +444,13 @@ class Scheduler:
         if now - self._tidied_at >= TIDY_S:
             self._tidy(now)
         room = self.replicas.has_room()
+        urgent_only = not room and self.fair.has_urgent(now) and self.replicas.has_room(True)
         hold_s = self._hold_s()
-        waits = room and self.fair.holding(now, hold_s) and not self.replicas.starts_at_once()
+        waits = ((room or urgent_only) and self.fair.holding(now, hold_s)
+                 and not self.replicas.starts_at_once())
         hold_s = hold_s if waits else 0.0  # an urgent document waits for room to start
-        doc = self.fair.pick(now, self.replicas.document_quota(), hold_s) if room else None
+        doc = (self.fair.pick(now, self.replicas.document_quota(), hold_s, urgent_only)
+               if room or urgent_only else None)
         if doc is None:  # about to wait: tidy first, then wait for what comes first
             if self._tidied_at != now:
                 self._tidy(now)
@@ -489,7 +498,7 @@ class Scheduler:
             if task.chunk is None:
                 return  # it could not be cut: its pages failed
         try:
-            replica = self.replicas.acquire(task.tried)
+            replica = self.replicas.acquire(task.tried, urgent=doc.urgent)
         except NoReplicas:
             replica = None
         if replica is None:  # only possible when the replica set changed under us

@@ -236,11 +236,12 @@ class ReplicaSet:
             return self._quota
 
     # ---- selection ---------------------------------------------------------------------------
-    def acquire(self, exclude: set[str] = frozenset()) -> Replica | None:
+    def acquire(self, exclude: set[str] = frozenset(), urgent: bool = False) -> Replica | None:
         """A replica with room for one more page, its in-flight count already raised, or None
         when this process's share is taken or no replica has room now. The emptiest first
         (`Replica.load`), ties in rotation; replicas in `exclude` (this page already failed
-        there) only when no other has room."""
+        there) only when no other has room. An `urgent` page (an image) is within this
+        process's share whatever its documents have out (`_open`)."""
         with self._lock:
             now = self._clock()
             live = [r for r in self._replicas.values() if not r.removed]
@@ -248,9 +249,9 @@ class ReplicaSet:
                 raise NoReplicas("no OCR replica is known"
                                  + (f" (DNS name {self.dns} has no addresses)" if self.dns else ""))
             self._rebalance(now)
-            if sum(r.inflight for r in live) >= self._limit:
+            if not urgent and sum(r.inflight for r in live) >= self._limit:
                 return None  # this process's share of the fleet is out
-            roomy = [r for r in live if r.has_room(now)]
+            roomy = [r for r in live if self._open(r, now, urgent)]
             candidates = [r for r in roomy if r.url not in exclude] or roomy
             if not candidates:
                 return None
@@ -264,12 +265,22 @@ class ReplicaSet:
             self._room_seen = False
             return chosen
 
-    def has_room(self) -> bool:
+    def has_room(self, urgent: bool = False) -> bool:
         with self._lock:
             now = self._clock()
             self._rebalance(now)
-            return (sum(r.inflight for r in self._replicas.values()) < self._limit
-                    and any(r.has_room(now) for r in self._replicas.values()))
+            return ((urgent or sum(r.inflight for r in self._replicas.values()) < self._limit)
+                    and any(self._open(r, now, urgent) for r in self._replicas.values()))
+
+    def _open(self, replica: Replica, now: float, urgent: bool) -> bool:
+        """Room for one more page at `replica`. An urgent page is counted in this process's
+        share from the moment it comes (a held page, gateway.fleet), so it does not wait for
+        its documents' pages to come back when the share shrinks under them (a document
+        that got ahead is slowed, gateway.lead): behind a balancer, whose one URL holds the
+        whole share, only a pause stops it; with a list, a worker it fits at."""
+        if urgent and self.mode == MODE_LOAD_BALANCER:
+            return replica.eligible(now) and replica.busy_until <= now
+        return replica.has_room(now)
 
     def starts_at_once(self) -> bool:
         """A page sent now would start at once (module docstring): the urgent page's test."""

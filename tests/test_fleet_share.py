@@ -166,10 +166,8 @@ def test_a_document_ahead_of_the_fleet_steps_down_and_comes_back_once_caught_up(
     assert weight.follow(lead=80, quota=8, now=1.8) == lead.MIN
     assert weight.follow(lead=4, quota=8, now=1.9) == 0.75  # the lead shrinks: at once
     assert weight.follow(lead=1, quota=8, now=2.0) == 1.0  # caught up (within a step)
-    weight = lead.Weight()
-    for now in range(0, 10):
-        weight.follow(lead=-80, quota=8, now=float(now))
-    assert weight.value == lead.MAX  # a document far behind gets at most MAX shares
+    assert weight.follow(lead=-80, quota=8, now=2.1) == 1.0  # behind: not raised (the
+    # share a slowed document leaves goes to the others)
 
 
 def test_a_share_in_whole_pages_averages_the_exact_share():
@@ -258,6 +256,25 @@ def test_two_gateways_behind_one_balancer_fill_64_workers_in_proportion_to_their
         replicas.has_room()  # the limits as the next page sees them
     limits = [r.replicas()[0].slots for r in (a, b)]
     assert 128 <= sum(limits) <= 128 * 1.05 + 2  # every card busy, few waiting
+
+
+def test_an_image_goes_out_when_its_processs_share_shrinks_under_its_documents_pages():
+    """A document that got ahead is slowed (gateway.lead): its process's share shrinks under
+    the pages it has out. An image there is within the share from the moment it comes."""
+    clock = Clock()
+    fleet = SimulatedFleet(clock, 64)
+    a, b = fleet.gateway(demand=1), fleet.gateway(demand=3)
+    for replicas in (a, b):
+        replicas.probe_all()
+    fleet.step([a, b])
+    taken = []
+    while (replica := a.acquire()) is not None:
+        taken.append(replica)  # its one document's share is out
+    a.set_demand(0.25, held=1)  # slowed to a quarter, and an image came
+    clock.now += 1.0  # the next rebalance
+    assert not a.has_room() and a.acquire() is None  # its document's pages: over the share
+    assert a.has_room(urgent=True)
+    assert a.acquire(urgent=True) is not None  # the image goes all the same
 
 
 def test_a_gateway_that_goes_quiet_says_so_and_the_other_takes_the_fleet_at_once():

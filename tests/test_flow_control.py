@@ -197,6 +197,15 @@ def test_a_document_that_got_ahead_holds_its_weight_of_the_slots():
     assert (ahead.inflight, behind.inflight) == (2, 4)  # half a quota, and a whole one
 
 
+def test_room_for_an_urgent_page_only_goes_to_an_urgent_document():
+    fair = FairQueue()
+    long_doc, image = doc(40), doc(1)
+    fair.add(long_doc)
+    assert not fair.has_urgent(0) and fair.pick(0, urgent_only=True) is None
+    fair.add(image)
+    assert fair.has_urgent(0) and fair.pick(0, urgent_only=True) is image
+
+
 def test_an_urgent_document_waits_for_room_to_start_at_once_but_not_for_ever():
     fair = FairQueue()
     long_doc, image = doc(40), doc(1)
