@@ -84,9 +84,8 @@ class FleetView:
     def set_demand(self, documents: float, held: int = 0) -> bool:
         """How many documents this process has with pages to send (their weights' sum,
         gateway.lead), and the pages in flight of its documents with none left to send (the
-        scheduler's). True when this process has
-        just gone quiet (nothing to send, nothing out) or just woken from quiet: news no page
-        carries soon enough (see `untold`)."""
+        scheduler's). True when this process has just gone quiet (nothing to send, nothing
+        out) or just woken from quiet: news no page carries soon enough (see `untold`)."""
         with self._lock:
             was_busy = bool(self._documents or self._held)
             if held != self._held:
@@ -161,7 +160,8 @@ class FleetView:
         already met the new workers of a scale-up). With a replica list or DNS name, the
         gateway knows the replicas itself: `replica_slots`, the sum of their targets."""
         with self._lock:
-            mine, my_held, my_rate = self._documents or 1, self._held, self._rate
+            mine, my_held = self._documents or 1, self._held
+            my_rate = self._rate if self._documents else None
         live = self.board.live()
         demands = {c.id: c.value for c in live["c"]}
         demands[self.id] = mine
@@ -178,11 +178,13 @@ class FleetView:
         return Share(fraction, slots or None, targets, len(demands), sum(demands.values()),
                      sum(held.values()), quota, self._fleet_rate(live["s"], demands, my_rate))
 
-    def _fleet_rate(self, rates: list, demands: dict[str, float], mine: float) -> float | None:
+    def _fleet_rate(self, rates: list, demands: dict[str, float],
+                    mine: float | None) -> float | None:
         """The mean rate the fleet's documents with pages to send were sent at: each
-        process's, by its demand (None while no process with documents has said one)."""
+        process's, by its demand (None while no process with documents has said one).
+        `mine`: this process's, None when it has no documents with pages to send."""
         said = {e.id: e.value for e in rates if e.id != self.id}
-        if self._documents:
+        if mine is not None:
             said[self.id] = mine
         weights = {i: demands[i] for i in said if demands.get(i)}
         total = sum(weights.values())

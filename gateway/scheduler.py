@@ -379,8 +379,8 @@ class Scheduler:
 
     def _reweigh(self, now: float) -> None:
         """Under the lock: tell the board the rate this process's documents were sent at, and
-        weigh each by its lead on the fleet's (gateway.lead). Not before a page has come back: until then
-        no lead can show."""
+        weigh each by its lead on the fleet's (gateway.lead). Not before a page has come back:
+        until then no lead can show."""
         share, page_s = self.replicas.share(), self._page_s
         if share is None or page_s is None:
             return
@@ -389,10 +389,12 @@ class Scheduler:
         self.replicas.fleet.set_rate(sum(rates) / len(rates) if rates else 0.0)
         if share.rate is None:
             return
+        weights = [doc.weight.value for doc in docs]
         for doc, own in zip(docs, rates):
             ahead = (own - share.rate) * (now - doc.admitted_at + page_s)
             doc.weight.follow(ahead, share.quota, now)
-        self._tell_demand()
+        if weights != [doc.weight.value for doc in docs]:
+            self._tell_demand()
 
     def snapshot(self) -> dict[str, int]:
         with self._cond:
