@@ -468,7 +468,7 @@ class Scheduler:
             return None
         task = doc.take(now)
         doc.inflight += 1
-        if not doc.has_queued():
+        if not doc.urgent and not doc.has_queued():  # (an urgent one held its slot already)
             self._tell_demand()
         return doc, task
 
