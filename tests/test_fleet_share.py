@@ -45,7 +45,8 @@ def test_entries_expire_and_malformed_ones_are_ignored():
     clock = Clock()
     board = Board(clock=clock, client_ttl_s=10, worker_ttl_s=120)
     board.merge("c:aaaa:1:100:0,w:bbbb:1:105:0,junk,c:AAAA:1:1:0,w:cccc:x:1:0,"
-                "c:dddd:1:-5:0,w:eeee:1:100:0:9,c:" + "f" * 17 + ":1:1:0")
+                "c:dddd:1:-5:0,w:eeee:1:100:0:9,c:" + "f" * 17 + ":1:1:0,x:ffff:1:1:0,"
+                "w:gggg:1:\uff11\uff10\uff15:0,w:hhhh:1:1:" + "9" * 13)  # (fullwidth digits)
     assert [c.id for c in board.clients()] == ["aaaa"]
     assert [w.id for w in board.workers()] == ["bbbb"]
     clock.now += 11

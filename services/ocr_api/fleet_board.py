@@ -41,9 +41,10 @@ from typing import Callable, Iterable
 from services.ocr_api.headers import BOARD as BOARD_HEADER  # noqa: F401 (re-exported)
 MAX_HEADER_CHARS = 4096  # a longer header is ignored
 MAX_SENT_CHARS = 2048  # nginx's default proxy_buffer_size (4 KiB) holds every answer's headers
-_ID = re.compile(r"[0-9a-z]{1,16}")
 KINDS = ("c", "h", "f", "s", "w")
 CLIENT_KINDS = KINDS[:-1]
+_ITEM = re.compile(r"\s*([%s]):([0-9a-z]{1,16}):([0-9]{1,12}):([0-9]{1,12}):([0-9]{1,12})\s*"
+                   % "".join(KINDS))  # kind:id:seq:value*100:age*10
 
 
 @dataclass
@@ -72,28 +73,31 @@ class Board:
     # ---- writing -----------------------------------------------------------------------------
     def say(self, kind: str, id: str, seq: int, value: float) -> None:
         """The owner's own entry, fresh."""
-        self._note(Entry(kind, id, seq, value, self.clock()))
+        entry = Entry(kind, id, seq, value, self.clock())
+        with self._lock:
+            self._note(entry)
 
     def merge(self, header: str | None) -> None:
         """Take in what another party sent (its `X-Ocr-Board` header)."""
         if not header or len(header) > MAX_HEADER_CHARS:
             return
         now = self.clock()
-        for item in header.split(","):
-            entry = _parse(item.strip(), now)
-            if entry is not None:
+        entries = [entry for entry in (_parse(item, now) for item in header.split(","))
+                   if entry is not None]
+        with self._lock:
+            for entry in entries:
                 self._note(entry)
 
     def _note(self, entry: Entry) -> None:
-        with self._lock:
-            key = (entry.kind, entry.id)
-            old = self._entries.get(key)
-            if old is not None and (old.seq, old.heard) >= (entry.seq, entry.heard):
-                return  # an older statement, or the same one heard less recently
-            self._entries[key] = entry
-            if len(self._entries) > self.max_entries:
-                stalest = min(self._entries, key=lambda k: self._entries[k].heard)
-                del self._entries[stalest]
+        """Under the lock."""
+        key = (entry.kind, entry.id)
+        old = self._entries.get(key)
+        if old is not None and (old.seq, old.heard) >= (entry.seq, entry.heard):
+            return  # an older statement, or the same one heard less recently
+        self._entries[key] = entry
+        if len(self._entries) > self.max_entries:
+            stalest = min(self._entries, key=lambda k: self._entries[k].heard)
+            del self._entries[stalest]
 
     # ---- reading -----------------------------------------------------------------------------
     def live(self) -> dict[str, list[Entry]]:
@@ -150,13 +154,10 @@ def _format(entry: Entry, now: float) -> str:
 
 def _parse(item: str, now: float) -> Entry | None:
     """`kind:id:seq:value*100:age*10`, or None when anything is off."""
-    parts = item.split(":")
-    if len(parts) != 5 or parts[0] not in KINDS or not _ID.fullmatch(parts[1]):
+    match = _ITEM.fullmatch(item)
+    if match is None:
         return None
-    numbers = parts[2:]
-    if not all(p.isascii() and p.isdigit() and len(p) <= 12 for p in numbers):
+    kind, id, seq, value, age = match.groups()
+    if int(value) > 10_000_000:
         return None
-    seq, value, age = (int(p) for p in numbers)
-    if value > 10_000_000:
-        return None
-    return Entry(parts[0], parts[1], seq, value / 100.0, now - age / 10.0)
+    return Entry(kind, id, int(seq), int(value) / 100.0, now - int(age) / 10.0)
