@@ -50,17 +50,17 @@ def run_mix(mode: str, count: int, settings: OverloadSettings, log_dir: Path) ->
         docs, image_results, wall, _ = documents_with_images(
             [local_fleet.url_of(gateway) + "/ocr"], pdf, settings.docs, settings.image_every_s)
     right = [d for d in docs if d[0] == 200 and not d[2]]
-    image_pages = sum(1 for latency, ok in image_results if ok and latency <= wall)
+    image_pages = sum(1 for latency, ok, _ in image_results if ok and latency <= wall)
     capacity = count * 1000.0 / settings.page_ms
     pages_per_s = (len(right) * settings.pages + image_pages) / wall
-    latencies = [latency for latency, ok in image_results if ok]
+    latencies = [latency for latency, ok, _ in image_results if ok]
     return {
         "mode": mode, "workers": count, "engines": engines, "documents": settings.docs,
         "pages": settings.pages, "documents_ok": len(right),
         "document_errors": [d[2] or d[0] for d in docs if d not in right][:5],
         "wall_s": round(wall, 2), "pages_per_s": round(pages_per_s, 2),
         "capacity_pages_per_s": capacity, "ratio": round(pages_per_s / capacity, 3),
-        "images": len(image_results), "images_ok": sum(ok for _, ok in image_results),
+        "images": len(image_results), "images_ok": sum(ok for _, ok, _ in image_results),
         "image_p95_s": round(p95(latencies), 3) if latencies else None,
         "image_median_s": round(statistics.median(latencies), 3) if latencies else None,
     }

@@ -140,10 +140,12 @@ def run_closed_loop(urls: str | list[str], payloads: list[Payload], concurrency:
     return result
 
 
-def images_every(url: str, every_s: float, stop: threading.Event) -> list[tuple[float, bool]]:
-    """Single-image requests on a fixed schedule until `stop`; (latency, right) each."""
+def images_every(url: str, every_s: float,
+                 stop: threading.Event) -> list[tuple[float, bool, float]]:
+    """Single-image requests on a fixed schedule until `stop`; (latency, right, sent at: its
+    perf_counter) each."""
     images = small_image_payloads(4)
-    results: list[tuple[float, bool]] = []
+    results: list[tuple[float, bool, float]] = []
     lock = threading.Lock()
 
     def one(payload: Payload) -> None:
@@ -151,7 +153,7 @@ def images_every(url: str, every_s: float, stop: threading.Event) -> list[tuple[
             started = time.perf_counter()
             ok, _ = post_checked(session, url, payload, 60)
             with lock:
-                results.append((time.perf_counter() - started, ok))
+                results.append((time.perf_counter() - started, ok, started))
 
     with ThreadPoolExecutor(32) as pool:
         next_at = time.perf_counter()
@@ -169,8 +171,8 @@ def documents_with_images(urls: list[str], pdf: Payload, count: int, every_s: fl
     """`count` copies of `pdf` sent at once (round-robin over these /ocr URLs) while each URL
     gets a single image every `every_s`, all inside `meter` (a context manager) after one
     warm-up image each; watch(urls, stop) runs alongside. Returns per document (status,
-    seconds, problem, finished since the start), the images' (latency, right), the makespan
-    and the start (perf_counter)."""
+    seconds, problem, finished since the start), the images' (latency, right, sent at), the
+    makespan and the start (perf_counter)."""
     for url in urls:
         send(url, small_image_payloads(1)[0])  # warm connections
     stop = threading.Event()
