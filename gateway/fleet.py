@@ -32,7 +32,7 @@ from services.ocr_api.fleet_board import Board
 
 FIRST_PROBE_ROUND = 4
 MIN_UNHELD = 0.25  # of the fleet's slots, left to documents with pages to send
-REBUILD_S = 0.05  # the outgoing board header is rebuilt at most this often (own news aside)
+REBUILD_S = 0.05  # the outgoing board header is rebuilt at most this often (new demand aside)
 MAX_PROBE_ROUND = 256
 
 
@@ -78,7 +78,7 @@ class FleetView:
         self._rate, self._rate_seq = 0.0, 0
         self._probe_round = FIRST_PROBE_ROUND
         self._told_quiet = True  # what the last `untold` news was (a new process is quiet)
-        self._outgoing: tuple | None = None  # ((seqs), built at, header)
+        self._outgoing: tuple | None = None  # ((demand seq, busy), built at, header)
 
     # ---- what this process says --------------------------------------------------------------
     def set_demand(self, documents: float, held: int = 0) -> bool:
@@ -123,16 +123,17 @@ class FleetView:
 
     def outgoing(self) -> dict[str, str]:
         """The header every page and probe carries: this process's entries and what it
-        knows. Built at most every REBUILD_S while this process's own entries stay the same
-        (a page is sent far more often than the board changes)."""
+        knows. Built at most every REBUILD_S unless this process's demand changed or it went
+        quiet (a page is sent far more often than the board changes, and its held pages and
+        rate change with nearly every page: news a few round trips carry on anyway)."""
         now = self.board.clock()
         with self._lock:
             demand, seq, held, held_seq = (self._documents, self._seq, self._held,
                                            self._held_seq)
-            rate, seqs = self._rate, (seq, held_seq, self._rate_seq)
+            rate, rate_seq = self._rate, self._rate_seq
+            key = (seq, bool(demand or held))
             cached = self._outgoing
-            if cached is not None and cached[0] == seqs and \
-                    now - cached[1] < REBUILD_S:
+            if cached is not None and cached[0] == key and now - cached[1] < REBUILD_S:
                 return cached[2]
             self._estimate_seq += 1
             estimate_seq = self._estimate_seq
@@ -140,11 +141,11 @@ class FleetView:
         self.board.say("c", self.id, seq, demand)
         self.board.say("h", self.id, held_seq, held)
         self.board.say("f", self.id, estimate_seq, own_slots)
-        self.board.say("s", self.id, seqs[2], rate)
+        self.board.say("s", self.id, rate_seq, rate)
         header = {headers.BOARD: self.board.header(
             [(kind, self.id) for kind in ("c", "h", "f", "s")])}
         with self._lock:
-            self._outgoing = (seqs, now, header)
+            self._outgoing = (key, now, header)
         return header
 
     def heard(self, board_header: str | None) -> None:

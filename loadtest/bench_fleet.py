@@ -24,7 +24,7 @@ from deploy.nginx import render as nginx
 from loadtest import local_fleet, report
 from loadtest.loadgen import at_once, documents_with_images, p95, run_closed_loop, send
 from loadtest.payloads import labelled_pdf_payload, small_image_payloads
-from loadtest.procstats import ForeignLoad
+from loadtest.procstats import ForeignLoad, apart
 
 FILE, PLOT = "fleet.json", "fleet.png"
 NO_JOBS = {"GATEWAY_JOBS_ENABLED": "false"}
@@ -185,10 +185,11 @@ def run_growth(settings: FleetSettings, log_dir: Path, mode: str = "nginx") -> d
 
 def run_route(log_dir: Path, workers: int = 16) -> dict[str, Any]:
     """One gateway process, 0-ms sim workers, 10 s of a closed loop of small images: pages per
-    CPU-second of the gateway process (what one gateway core can route)."""
+    CPU-second of the gateway process (what one gateway core can route), the gateway on a core
+    of its own and the workers and the load on the others (where the machine has two)."""
     with local_fleet.Fleet(log_dir / "route", 0.0, workers) as fleet, \
             fleet.gateways("list", 1, GATEWAY_PROCESSES="1", **NO_JOBS) as (gateway,), \
-            ForeignLoad([gateway]) as sampler:
+            apart([gateway], fleet.workers) as alone, ForeignLoad([gateway]) as sampler:
         result = run_closed_loop(local_fleet.url_of(gateway), small_image_payloads(8), 32,
                                  duration_s=10.0, warmup_s=1.0)
     pages, cpu_s = len(result.completions), sampler.cpu_s
@@ -196,6 +197,7 @@ def run_route(log_dir: Path, workers: int = 16) -> dict[str, Any]:
             "failures": result.failure_count, "pages_per_s": round(result.pages_per_s(), 1),
             "gateway_cpu_s": round(cpu_s, 2),
             "pages_per_gateway_core_s": round(pages / cpu_s, 1) if cpu_s else None,
+            "gateway_core_to_itself": alone,
             "machine_busy": round(sampler.busy, 3)}
 
 
@@ -250,7 +252,8 @@ def table(result: dict[str, Any]) -> str:
     route = result.get("route")
     if route:
         lines.append(f"\nRouting: {route['pages_per_gateway_core_s']} small pages per gateway "
-                     f"CPU-second ({route['pages_per_s']} pages/s through one gateway process, "
+                     f"CPU-second ({route['pages_per_s']} pages/s through one gateway process"
+                     f"{', on a core of its own' if route.get('gateway_core_to_itself') else ''}, "
                      f"{route['failures']} failed).")
     return "\n".join(lines + [f"\n{report.measured(result)}."])
 

@@ -1,13 +1,17 @@
 """What processes cost (psutil, and /proc where psutil has no word for it): resident memory and
 its peak, CPU seconds, and two samplers for a block of a benchmark: ForeignLoad (CPU: ours, the
-machine's, everyone else's) and PeakRss (a process group's summed RSS)."""
+machine's, everyone else's) and PeakRss (a process group's summed RSS); and `apart`, a core of
+its own for a service."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import resource
 import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
 import psutil
 
@@ -48,6 +52,29 @@ def group_cpu(processes) -> float:
         except psutil.Error:
             continue
     return total
+
+
+@contextlib.contextmanager
+def apart(processes, others) -> Iterator[bool]:
+    """While the block runs, `processes` (services: every thread of every process of each) on
+    the first core and `others` and this thread (the load) on the rest, so that the CPU time of
+    `processes` is their own work and not their share of contended cores. False, and nothing
+    moved, with a single core. Threads started later run where the thread that starts them
+    does."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        yield False
+        return
+    for group, where in ((processes, cores[:1]), (others, cores[1:])):
+        for pid in (pid for process in group for pid in group_pids(process.pid)):
+            with contextlib.suppress(psutil.Error, OSError):
+                for thread in psutil.Process(pid).threads():
+                    os.sched_setaffinity(thread.id, where)
+    os.sched_setaffinity(0, cores[1:])
+    try:
+        yield True
+    finally:
+        os.sched_setaffinity(0, cores)
 
 
 def self_cpu() -> float:

@@ -80,6 +80,20 @@ def test_gunicorn_worker_pid_is_a_child_of_the_master(tmp_path):
         assert procstats.rss_kib(child) > 0 and procstats.group_cpu([worker]) > 0
 
 
+def test_a_service_set_apart_has_the_first_core_and_the_rest_have_the_others(tmp_path):
+    cores = sorted(os.sched_getaffinity(0))
+    with local_fleet.workers(2, local_fleet.sim_worker_env(0), tmp_path) as (alone, other):
+        with procstats.apart([alone], [other]) as moved:
+            assert moved == (len(cores) > 1)  # one core: nothing to set apart
+            first, rest = ({cores[0]}, set(cores[1:])) if moved else (set(cores), set(cores))
+            for pid in procstats.group_pids(alone.pid):
+                assert os.sched_getaffinity(pid) == first
+            for pid in procstats.group_pids(other.pid):
+                assert os.sched_getaffinity(pid) == rest
+            assert os.sched_getaffinity(0) == rest
+        assert os.sched_getaffinity(0) == set(cores)  # this thread is back where it was
+
+
 def test_engine_benchmark_paths_with_the_sim_engine(tmp_path):
     with local_fleet.workers(2, local_fleet.sim_worker_env(5), tmp_path) as pool:
         http = bench_engine.http_rate(pool, pages_per_worker=3)

@@ -9,7 +9,7 @@ import pytest
 
 from gateway import lead
 from gateway.dispatch import Attempt
-from gateway.fleet import FleetView, dither, slots_of
+from gateway.fleet import REBUILD_S, FleetView, dither, slots_of
 from gateway.outcome import Outcome
 from gateway.upstreams import MODE_LIST, MODE_LOAD_BALANCER, ReplicaSet
 from services.ocr_api import headers
@@ -169,6 +169,27 @@ def test_a_document_ahead_of_the_fleet_steps_down_and_comes_back_once_caught_up(
     assert weight.follow(lead=1, quota=8, now=2.0) == 1.0  # caught up (within a step)
     assert weight.follow(lead=-80, quota=8, now=2.1) == 1.0  # behind: not raised (the
     # share a slowed document leaves goes to the others)
+
+
+def test_new_demand_and_going_quiet_are_told_at_once_held_pages_within_a_rebuild():
+    clock = Clock()
+    view = FleetView(board=Board(clock=clock))
+
+    def said(kind: str) -> float:
+        item = next(i for i in view.outgoing()[headers.BOARD].split(",")
+                    if i.startswith(f"{kind}:{view.id}:"))
+        return int(item.split(":")[3]) / 100
+
+    view.set_demand(2, 1)
+    assert (said("c"), said("h")) == (2, 1)
+    view.set_demand(2, 3)  # held pages change with nearly every page: the header is kept
+    assert said("h") == 1
+    clock.now += REBUILD_S * 1.01
+    assert said("h") == 3
+    view.set_demand(3, 3)
+    assert said("c") == 3  # a new document: at once
+    view.set_demand(0, 0)
+    assert (said("c"), said("h")) == (0, 0)  # quiet: at once
 
 
 def test_a_share_in_whole_pages_averages_the_exact_share():
