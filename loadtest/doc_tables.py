@@ -20,7 +20,7 @@ FIGURES = REPO_ROOT / "docs" / "figures"
 TABLES = [
     ("docs/capacity.md", "fleet-table", "fleet.json", bench_fleet.table),
     *[("docs/capacity.md", name, f"{name}.json", bench_fleet.table)
-      for name in ("fleet-before", "fleet-equal-shares", "fleet-shares-remember",
+      for name in ("fleet-before", "fleet-equal-shares", "fleet-run-before",
                    "fleet-images-sent-at-once",
                    "fleet-list-1-process", "fleet-list-2-processes")],
     ("docs/capacity.md", "gateway-memory", "gateway-memory.json", bench_gateway_memory.table),
