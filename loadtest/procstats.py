@@ -56,11 +56,11 @@ def group_cpu(processes) -> float:
 
 @contextlib.contextmanager
 def apart(processes, others) -> Iterator[bool]:
-    """While the block runs, `processes` (services: every thread of every process of each) on
-    the first core and `others` and this thread (the load) on the rest, so that the CPU time of
-    `processes` is their own work and not their share of contended cores. False, and nothing
-    moved, with a single core. Threads started later run where the thread that starts them
-    does."""
+    """`processes` (services: every thread of every process of each) on the first core and
+    `others` on the rest, where they stay (a benchmark stops them after), and this thread (the
+    load) on the rest while the block runs: so the CPU time of `processes` is their own work,
+    not their share of contended cores. False, and nothing moved, with a single core. Threads
+    started later run where the thread that starts them does."""
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < 2:
         yield False
