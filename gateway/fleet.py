@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from services.ocr_api import headers
-from services.ocr_api.fleet_board import Board
+from services.ocr_api.fleet_board import CLIENT_KINDS, Board
 
 FIRST_PROBE_ROUND = 4
 MIN_UNHELD = 0.25  # of the fleet's slots, left to documents with pages to send
@@ -143,7 +143,7 @@ class FleetView:
         self.board.say("f", self.id, estimate_seq, own_slots)
         self.board.say("s", self.id, rate_seq, rate)
         header = {headers.BOARD: self.board.header(
-            [(kind, self.id) for kind in ("c", "h", "f", "s")])}
+            [(kind, self.id) for kind in CLIENT_KINDS])}
         with self._lock:
             self._outgoing = (key, now, header)
         return header
