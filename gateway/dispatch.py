@@ -76,9 +76,10 @@ class ReplicaClient:
         self.fleet = fleet
 
     def post(self, replica: Replica, body: bytes, *, log_id: str, deadline: float,
-             first: bool = False) -> Attempt:
+             first: bool = False, start_within_s: float | None = None) -> Attempt:
         """One attempt at one chunk. `first`: the worker reads it before its queued pages
-        (a one-page interactive request: X-Ocr-Priority high)."""
+        (a one-page interactive request: X-Ocr-Priority high); `start_within_s`: unless it
+        would start that soon, the worker refuses it at once (Outcome.LATER)."""
         remaining = deadline - time.monotonic()
         timeout = urllib3.Timeout(connect=min(self.settings.connect_timeout_s, remaining),
                                   read=min(self.settings.page_timeout_s, remaining))
@@ -86,6 +87,8 @@ class ReplicaClient:
                    h.DEADLINE_MS: str(max(1, int(remaining * 1000))),
                    h.PRIORITY: "high" if first else "normal", **self.settings.headers,
                    **self.fleet.outgoing(), **tracing.outgoing()}  # traceparent: this attempt
+        if start_within_s is not None:
+            headers[h.START_WITHIN_MS] = str(max(1, int(start_within_s * 1000)))
         metrics.REPLICA_INFLIGHT.labels(replica.url).inc()
         started = time.monotonic()
         try:
@@ -102,7 +105,8 @@ class ReplicaClient:
             metrics.PAGE_SECONDS.observe(seconds)
         payload = _json_or_empty(response.data)
         status = response.status
-        return Attempt(classify(status), status, payload,
+        later = h.STARTS_IN_MS in response.headers
+        return Attempt(classify(status, later), status, payload,
                        payload.get("errorMsg") or f"{replica.url} answered HTTP {status}",
                        capacity=h.int_header(response.headers, h.CAPACITY),
                        free=h.int_header(response.headers, h.FREE),

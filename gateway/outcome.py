@@ -11,6 +11,8 @@ class Outcome(enum.Enum):
     OK = "ok"              # 200: the pages came back
     REJECTED = "rejected"  # a 4xx other than 429: the document's own problem, not retried
     BUSY = "busy"          # 503 / 429: the replica is full or draining; send again later
+    LATER = "later"        # 503 + X-Ocr-Starts-In-Ms: it would start the page later than
+    #                        asked (X-Ocr-Start-Within-Ms); another replica, at once
     FAILED = "failed"      # 500 and other 5xx from a live replica: retried within the budget
     DOWN = "down"          # connection error, timeout, 502/504 from a proxy: retried, ejects
 
@@ -20,14 +22,15 @@ class Outcome(enum.Enum):
         return self in (Outcome.FAILED, Outcome.DOWN)
 
 
-def classify(status: int | None) -> Outcome:
-    """The outcome of an HTTP answer (`None`: no answer at all: refused, reset, timed out)."""
+def classify(status: int | None, later: bool = False) -> Outcome:
+    """The outcome of an HTTP answer (`None`: no answer at all: refused, reset, timed out;
+    `later`: the answer says when the worker would have started the page)."""
     if status is None or status in (502, 504):
         return Outcome.DOWN
     if status == 200:
         return Outcome.OK
     if status in (429, 503):
-        return Outcome.BUSY
+        return Outcome.LATER if later and status == 503 else Outcome.BUSY
     if status >= 500:
         return Outcome.FAILED
     return Outcome.REJECTED

@@ -42,7 +42,7 @@ from .budget import RetryBudget
 from .dispatch import Attempt, ReplicaClient
 from .outcome import Outcome
 from .split import Chunk
-from .upstreams import LOOK_GAP_S, NoReplicas, Replica, ReplicaSet
+from .upstreams import NoReplicas, Replica, ReplicaSet
 
 log = logging.getLogger("gateway.scheduler")
 
@@ -53,8 +53,10 @@ CLIENT_CHECK_S = 0.5  # how often a waiting request checks that its client is st
 ABANDON_AFTER_S = 60.0  # past its deadline, a document nobody reads is dropped from the queue
 RETRY_CAP_S = 30.0  # the longest wait before a failed page is tried again
 TIDY_S = 0.05  # deadlines and abandoned documents are looked at least this often
-URGENT_HOLD_S = 1.0  # an urgent page waits at most this long for room to start at once,
-# and at most half a page time (sent to a busy worker, it waits for a page's rest)
+# an urgent page asks to start within these, one per try (X-Ocr-Start-Within-Ms): a worker
+# whose page under way ends later refuses it at once (Outcome.LATER) and the next try goes to
+# another; after the last, to whichever worker comes
+START_WITHIN_S = (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0, 2.8)
 
 
 class Source(Protocol):
@@ -85,6 +87,8 @@ class Task:
     tried: set[str] = field(default_factory=set)
     not_before: float = 0.0
     sent: bool = False  # counted in the retry budget's sends
+    later: set[str] = field(default_factory=set)  # replicas that would start it too late
+    refusals: int = 0  # how often (Outcome.LATER): the next try may wait longer
     cache: Any = None  # its gateway.cache Entry, once looked up
 
 
@@ -228,7 +232,7 @@ class FairQueue:
     def documents(self) -> list[Document]:
         return [doc for ring in self._rings.values() for doc in ring]
 
-    def pick(self, now: float, quota: int | None = None, hold_s: float = 0.0,
+    def pick(self, now: float, quota: int | None = None,
              urgent_only: bool = False) -> Document | None:
         """The next document with a chunk to send now: of the first priority class that has
         one, the document with the fewest chunks in flight, ties in turn (it then moves to the
@@ -237,14 +241,12 @@ class FairQueue:
         document (nothing in flight yet) gets the very next free slot. A document already at
         `quota` chunks in flight (its equal share of the whole fleet, gateway.fleet; times its
         weight) waits: the room another document leaves is not its to take.
-        `hold_s`: no worker has room for a page to start at once, so an urgent document waits
-        that long since it came for some. `urgent_only`: only room for an urgent page."""
+        `urgent_only`: only room for an urgent page."""
         for priority in PRIORITIES:
             ring = self._rings[priority]
             ready = [(doc.inflight / doc.weight.value, not doc.urgent, turn, doc)
                      for turn, doc in enumerate(ring)
-                     if doc.sendable(now) and not self._held(doc, now, hold_s)
-                     and (doc.urgent or not urgent_only)
+                     if doc.sendable(now) and (doc.urgent or not urgent_only)
                      and (quota is None or doc.inflight < max(1.0, quota * doc.weight.value))]
             if ready:
                 doc = min(ready, key=lambda item: item[:3])[3]
@@ -253,22 +255,12 @@ class FairQueue:
                 return doc
         return None
 
-    @staticmethod
-    def _held(doc: Document, now: float, hold_s: float) -> bool:
-        return hold_s > 0 and doc.urgent and now < doc.admitted_at + hold_s
-
     def has_urgent(self, now: float) -> bool:
         """An urgent document has its page to send (`Document.urgent`)."""
         return any(doc.urgent and doc.sendable(now) for doc in self._rings[INTERACTIVE])
 
-    def holding(self, now: float, hold_s: float) -> bool:
-        """An urgent document would be held now (`pick`): it waits for room to start."""
-        return any(self._held(doc, now, hold_s) and doc.sendable(now)
-                   for doc in self._rings[INTERACTIVE])
-
-    def next_wake(self, now: float, hold_s: float = 0.0) -> float | None:
-        """The earliest time a waiting retry, a deadline or the end of a hold needs the
-        scheduler's attention."""
+    def next_wake(self) -> float | None:
+        """The earliest time a waiting retry or a deadline needs the scheduler's attention."""
         times = []
         for doc in self.documents():
             if not doc.stopped:
@@ -276,8 +268,6 @@ class FairQueue:
                 retry = doc.earliest_retry()
                 if retry is not None:
                     times.append(retry)
-                if self._held(doc, now, hold_s):
-                    times.append(doc.admitted_at + hold_s)
         return min(times) if times else None
 
     def abandoned(self, now: float, after_s: float) -> list[Document]:
@@ -311,7 +301,7 @@ class Scheduler:
         self._cond = threading.Condition()
         self._stop = False
         self._tidied_at = float("-inf")
-        self._page_s: float | None = None  # what a page's attempt took lately (`_hold_s`)
+        self._page_s: float | None = None  # what a page's attempt took lately (`_reweigh`)
         self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
         replicas.on_change(self._wake)
 
@@ -447,21 +437,12 @@ class Scheduler:
             self._tidy(now)
         room = self.replicas.has_room()
         urgent_only = not room and self.fair.has_urgent(now) and self.replicas.has_room(True)
-        hold_s = self._hold_s()
-        waits = ((room or urgent_only) and self.fair.holding(now, hold_s)
-                 and not self.replicas.starts_at_once())
-        hold_s = hold_s if waits else 0.0  # an urgent document waits for room to start
-        doc = (self.fair.pick(now, self.replicas.document_quota(), hold_s, urgent_only)
+        doc = (self.fair.pick(now, self.replicas.document_quota(), urgent_only)
                if room or urgent_only else None)
         if doc is None:  # about to wait: tidy first, then wait for what comes first
             if self._tidied_at != now:
                 self._tidy(now)
-            holding = hold_s and self.fair.holding(now, hold_s)  # (not if the tidy stopped it)
-            if holding and self.replicas.look_due():
-                self.executor.submit(self.replicas.look)  # an urgent page waits: find room
-            wake = self.fair.next_wake(now, hold_s)
-            if holding:
-                wake = min(filter(None, (wake, now + LOOK_GAP_S)))
+            wake = self.fair.next_wake()
             if not room:
                 wake = min(filter(None, (wake, self.replicas.next_change())), default=None)
             self._cond.wait(timeout=_until(wake, now, cap=1.0 if not room else 5.0))
@@ -471,11 +452,6 @@ class Scheduler:
         if not doc.urgent and not doc.has_queued():  # (an urgent one held its slot already)
             self._tell_demand()
         return doc, task
-
-    def _hold_s(self) -> float:
-        """How long an urgent page may wait for a worker to start it at once (`FairQueue.pick`):
-        URGENT_HOLD_S, and at most half a page time, as this process's pages took lately."""
-        return URGENT_HOLD_S if self._page_s is None else min(URGENT_HOLD_S, self._page_s / 2)
 
     def _tidy(self, now: float) -> None:
         """Under the lock: stop the documents past their deadline, finish the abandoned ones.
@@ -500,7 +476,7 @@ class Scheduler:
             if task.chunk is None:
                 return  # it could not be cut: its pages failed
         try:
-            replica = self.replicas.acquire(task.tried, urgent=doc.urgent)
+            replica = self.replicas.acquire(task.tried | task.later, urgent=doc.urgent)
         except NoReplicas:
             replica = None
         if replica is None:  # only possible when the replica set changed under us
@@ -575,14 +551,15 @@ class Scheduler:
                           attempt=task.attempts + 1) as span:
             try:
                 attempt = self.client.post(replica, doc.body(task.chunk), log_id=doc.log_id,
-                                           deadline=doc.deadline, first=doc.urgent)
+                                           deadline=doc.deadline, first=doc.urgent,
+                                           start_within_s=_start_within(doc, task))
                 if attempt.outcome is Outcome.OK and not doc.urgent:
                     self._timed(attempt.seconds)
             except Exception as exc:  # never lose a page to a bug in the send path
                 log.exception("sending a chunk failed")
                 attempt = Attempt(Outcome.FAILED, None, {},
                                   f"gateway error: {type(exc).__name__}")
-            failed = attempt.outcome not in (Outcome.OK, Outcome.BUSY)
+            failed = attempt.outcome not in (Outcome.OK, Outcome.BUSY, Outcome.LATER)
             tracing.settle(span, attempt.message if failed else None,
                            outcome=attempt.outcome.value, status=attempt.status,
                            worker=attempt.worker)
@@ -614,6 +591,10 @@ class Scheduler:
             self._settle_pages(doc, task, assemble.failed_pages(
                 task.chunk.page_indices, attempt.status, attempt.message, doc.kind))
         elif outcome is Outcome.BUSY:
+            self._requeue(doc, task, delay=0.0)
+        elif outcome is Outcome.LATER:
+            task.refusals += 1
+            task.later.add(url)
             self._requeue(doc, task, delay=0.0)
         else:
             self._retry_or_fail(doc, task, url, attempt)
@@ -678,6 +659,13 @@ def _let_go(tasks) -> None:
     for task in tasks:
         if task.cache is not None:
             task.cache.release()
+
+
+def _start_within(doc: Document, task: Task) -> float | None:
+    """How soon an urgent page asks to start at the worker it goes to (START_WITHIN_S)."""
+    if not doc.urgent or task.refusals >= len(START_WITHIN_S):
+        return None
+    return START_WITHIN_S[task.refusals]
 
 
 def _until(when: float | None, now: float, cap: float) -> float:

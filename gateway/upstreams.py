@@ -21,15 +21,14 @@ so the waiting page (an image, say) starts soonest. A ready replica that answere
 within three health intervals is not probed (its room is known, and at 64 replicas and up
 probes would cost more than pages).
 
-An urgent page (an image: one page, interactive) goes out when it can start at once: to a
-replica whose worker had no page when last heard (with a list or DNS name), or, behind a
-balancer, when the last answer or probe came from an idle worker and nothing was sent since
-(nginx `least_conn` gives the next request to that worker). Until then it waits in the
-gateway, where the next answer brings it room, and a probe (`look`) asks for some
-(gateway.scheduler holds it, at most URGENT_HOLD_S): sent into a full fleet it would wait
-behind a whole page at some worker.
+An urgent page (an image: one page, interactive) goes out at once, asking to start soon
+(gateway.scheduler, START_WITHIN_S): an idle worker takes it (nginx `least_conn` and the
+emptiest-first pick above find one if there is one); a busy worker whose page under way ends
+later refuses it at once (Outcome.LATER: no pause, no attempt spent), and the next try goes
+to another (the balancer rotates; with a list, one not tried yet). Sent into a full fleet
+without asking, it would wait behind a whole page at whichever worker it met.
 
-Busy is not down: a 503/429 pauses the replica briefly (a short, growing pause) and never
+Busy is not down: a 503/429 (but a LATER) pauses the replica briefly (a short, growing pause) and never
 ejects it. Only connection errors and timeouts eject a replica (not in load-balancer mode:
 nginx does its own passive health checks). An ejected replica is on probation: after
 `eject_s` it gets one trial page at a time, and only a real answer ends probation; a
@@ -67,7 +66,6 @@ MODE_LIST = "list"
 MODE_DNS = "dns"
 REBALANCE_S = 0.05  # the share follows news (demand, boards) at most this often...
 REBALANCE_IDLE_S = 1.0  # ...and at least this often (board entries age out)
-LOOK_GAP_S = 0.05  # probes for room for an urgent page go at most this often
 TELL_GAP_S = 0.5  # "this process went quiet / woke" is told by probes at most this often
 WORKER_ID_TTL_S = 120.0  # a worker process not heard behind a URL this long is forgotten
 
@@ -114,11 +112,6 @@ class Replica:
     def has_room(self, now: float) -> bool:
         return self.eligible(now) and self.busy_until <= now and self.inflight < self.slots
 
-    def starts_at_once(self, now: float) -> bool:
-        """A page sent now starts without waiting behind another: its worker had none when
-        last heard, counting ours sent since."""
-        return self.has_room(now) and self.load < 1
-
 
 def _staleness(replica: Replica) -> float:
     """The tie-break between replicas that look equally loaded. An empty one heard from
@@ -163,9 +156,6 @@ class ReplicaSet:
         self._quota: int | None = None  # chunks in flight per document (gateway.fleet)
         self._share: Share | None = None  # the board as last read (`_rebalance`)
         self._probe_skip_s = 0.0  # the health interval, once probing runs
-        self._room_seen = False  # behind a balancer: the last worker heard has room, and
-        # nothing was sent since (see `starts_at_once`)
-        self._looked_at = float("-inf")
         self._stop = threading.Event()
         self._wake = threading.Event()  # the health thread: stop, or tell the fleet news
         self._listeners: list[Callable[[], None]] = []
@@ -262,7 +252,6 @@ class ReplicaSet:
                                            (item[0] - turn) % count))[1]
             chosen.inflight += 1
             chosen.load += 1
-            self._room_seen = False
             return chosen
 
     def has_room(self, urgent: bool = False) -> bool:
@@ -281,37 +270,6 @@ class ReplicaSet:
         if urgent and self.mode == MODE_LOAD_BALANCER:
             return replica.eligible(now) and replica.busy_until <= now
         return replica.has_room(now)
-
-    def starts_at_once(self) -> bool:
-        """A page sent now would start at once (module docstring): the urgent page's test."""
-        with self._lock:
-            now = self._clock()
-            if self.mode == MODE_LOAD_BALANCER:
-                return self._room_seen
-            return any(r.starts_at_once(now) for r in self._replicas.values())
-
-    def look_due(self) -> bool:
-        """An urgent page waits for room: True (at most every LOOK_GAP_S) when a probe should
-        go out to find some (`look`, on a send thread)."""
-        with self._lock:
-            now = self._clock()
-            if now - self._looked_at < LOOK_GAP_S:
-                return False
-            self._looked_at = now
-            return True
-
-    def look(self) -> None:
-        """Probe for a worker with room for an urgent page: behind a balancer, one probe (nginx
-        sends it to the least busy worker); with a list or DNS name, the replicas heard from
-        longest ago (up to four) among those this process has nothing at."""
-        replicas = self.replicas()  # behind a balancer: its one URL
-        if self.mode != MODE_LOAD_BALANCER:
-            now = self._clock()
-            idle = [r for r in replicas if r.inflight == 0 and r.eligible(now)]
-            replicas = sorted(idle, key=lambda r: r.heard_at)[:4]
-        for replica in replicas:
-            self._probe_one(replica)
-        self._notify()
 
     def _rebalance_due(self) -> float:
         return self._balanced_at + (REBALANCE_S if self._news else REBALANCE_IDLE_S)
@@ -348,6 +306,8 @@ class ReplicaSet:
                 self._busy(replica, now, attempt.retry_after_s)
             elif outcome is Outcome.DOWN:
                 self._down(replica, now)
+            elif outcome is Outcome.LATER:  # busy with a long page, not full: no pause
+                replica.busy_streak = 0
             else:  # OK, REJECTED, FAILED: the replica is alive and answering
                 replica.served += 1
                 replica.probation = False
@@ -367,19 +327,14 @@ class ReplicaSet:
     def _heard_load(self, replica: Replica, capacity: int | None, free: int | None,
                     finished: int, now: float) -> None:
         """What a worker said of its room: its admitted pages now (our own still there
-        included), or, without the headers, one page fewer for each of ours that came back.
-        Behind a balancer, only whether that worker is idle: a page sent now starts at once."""
+        included), or, without the headers (or behind a balancer, where each answer is from
+        some worker), one page fewer for each of ours that came back."""
         if capacity is not None and free is not None and self.mode != MODE_LOAD_BALANCER:
             replica.capacity = capacity
             replica.load = float(capacity - free)
             replica.heard_at = now
         else:
             replica.load = max(0.0, replica.load - finished)
-        if self.mode == MODE_LOAD_BALANCER:  # without the headers there is no knowing: room
-            room = capacity is None or free is None or free >= capacity
-            # an answer says where the next page goes; a probe only ever finds room (one that
-            # finds none may come back after an answer that found some)
-            self._room_seen = room if finished else self._room_seen or room
 
     def _busy(self, replica: Replica, now: float, retry_after_s: float | None) -> None:
         replica.busy_streak += 1

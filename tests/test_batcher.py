@@ -209,3 +209,28 @@ def test_after_batch_hears_the_pixels_of_each_engine_call():
     batcher.submit(np.zeros((10, 20, 3), np.uint8), {}).result(5)
     batcher.stop(5)
     assert heard == [4, 200]
+
+
+def test_a_first_page_is_told_how_long_the_page_in_the_engine_and_the_first_pages_ahead_take():
+    """first_wait_s: the rest of the engine call under way plus the `first` pages queued
+    ahead, at the engine's pace as timed (seconds per pixel); 0 with nothing running."""
+    engine = RecordingEngine(delay=0.05)
+    batcher = started(engine, max_batch=1)
+    assert batcher.first_wait_s() == 0.0  # no call timed yet
+    batcher.submit(page(1), {}).result(5)  # 4 pixels in >= 50 ms: >= 12.5 ms a pixel
+    assert batcher.first_wait_s() == 0.0  # idle
+    engine.gate.clear()
+    running = batcher.submit(np.full((400, 400, 3), 2, np.uint8), {})
+    wait_until(lambda: batcher.progress().in_engine == 1)
+    alone = batcher.first_wait_s()
+    assert alone > 1000  # 160,000 pixels at >= 12.5 ms each, minus the moments since
+    behind = batcher.submit(page(3), {})  # a normal page: an image overtakes it
+    assert batcher.first_wait_s() <= alone
+    ahead = batcher.submit(np.full((100, 100, 3), 4, np.uint8), {}, first=True)
+    assert batcher.first_wait_s() > alone + 100  # 10,000 more pixels
+    engine.gate.set()
+    for future in (running, ahead, behind):
+        future.result(5)
+    wait_until(lambda: batcher.progress().idle)
+    assert batcher.first_wait_s() == 0.0
+    batcher.stop(5)

@@ -14,13 +14,11 @@ from gateway.admission import FrontDoor
 from gateway.budget import RetryBudget
 from gateway.dispatch import Attempt
 from gateway.outcome import Outcome, classify
-from gateway.scheduler import BATCH, INTERACTIVE, Document, FairQueue, Scheduler, \
-    SchedulerSettings
+from gateway.scheduler import BATCH, INTERACTIVE, START_WITHIN_S, Document, FairQueue, \
+    Scheduler, SchedulerSettings
 from gateway.split import Chunk
 from gateway.fleet import FleetView
-from gateway.upstreams import LOOK_GAP_S, MODE_LIST, MODE_LOAD_BALANCER, LimitSettings, \
-    ReplicaSet
-from services.ocr_api import headers as h
+from gateway.upstreams import MODE_LIST, MODE_LOAD_BALANCER, LimitSettings, ReplicaSet
 from services.ocr_api.fleet_board import Board
 from services.ocr_api.errors import ApiError
 from tests.conftest import wait_until
@@ -49,6 +47,9 @@ def test_busy_is_not_a_failure_and_only_no_answer_or_gateway_errors_are_down():
     assert classify(None) is Outcome.DOWN and classify(502) is Outcome.DOWN
     assert classify(500) is Outcome.FAILED and Outcome.FAILED.is_failure
     assert classify(422) is Outcome.REJECTED and classify(200) is Outcome.OK
+    # a 503 that says when the worker would have started the page: another worker, at once
+    assert classify(503, later=True) is Outcome.LATER and not Outcome.LATER.is_failure
+    assert classify(429, later=True) is Outcome.BUSY and classify(200, later=True) is Outcome.OK
 
 
 # ---- replica limits ------------------------------------------------------------------------
@@ -206,73 +207,6 @@ def test_room_for_an_urgent_page_only_goes_to_an_urgent_document():
     assert fair.has_urgent(0) and fair.pick(0, urgent_only=True) is image
 
 
-def test_an_urgent_document_waits_for_room_to_start_at_once_but_not_for_ever():
-    fair = FairQueue()
-    long_doc, image = doc(40), doc(1)
-    fair.add(long_doc)
-    fair.add(image)
-    long_doc.inflight = 3
-    now = image.admitted_at
-    assert fair.holding(now, 0.5) and not long_doc.urgent
-    assert fair.pick(now, hold_s=0.5) is long_doc  # no worker would start it now
-    assert fair.next_wake(now, 0.5) == now + 0.5
-    assert fair.pick(now) is image  # room: it goes first
-    assert fair.pick(now + 0.5, hold_s=0.5) is image  # held no longer
-    assert not fair.holding(now + 0.5, 0.5)
-
-
-def test_behind_a_balancer_an_urgent_page_goes_when_the_last_worker_heard_has_room():
-    clock = Clock()
-    board = Board(clock=clock)
-    replicas = replica_set(["http://lb"], mode=MODE_LOAD_BALANCER, clock=clock,
-                           fleet=FleetView(board, default_target=4))
-    first, second, third = (replicas.acquire() for _ in range(3))
-    assert not replicas.starts_at_once()  # pages went out since anything was heard
-    replicas.release(first, answer(Outcome.OK, capacity=4, free=3))
-    assert not replicas.starts_at_once()  # its queued page runs now: a new one would wait
-    replicas.release(second, answer(Outcome.OK, capacity=4, free=4))
-    assert replicas.starts_at_once()  # nginx least_conn sends the next page there
-    replicas.acquire()
-    assert not replicas.starts_at_once()  # that room is taken
-    replicas.release(third, answer(Outcome.OK))  # an answer without the headers: no knowing
-    assert replicas.starts_at_once()
-
-
-def test_a_look_asks_the_balancer_for_room_at_most_every_look_gap():
-    clock = Clock()
-    probes = []
-
-    def probe(url, headers):
-        probes.append(url)
-        return True, {h.CAPACITY: "4", h.FREE: "4", h.WORKER: "w"}
-
-    replicas = ReplicaSet(mode=MODE_LOAD_BALANCER, urls=["http://lb"], probe=probe,
-                          clock=clock, fleet=FleetView(Board(clock=clock), default_target=4))
-    replicas.acquire()
-    assert not replicas.starts_at_once()
-    assert replicas.look_due() and not replicas.look_due()
-    replicas.look()
-    assert probes == ["http://lb"] and replicas.starts_at_once()
-    clock.now += 2 * LOOK_GAP_S
-    assert replicas.look_due()
-
-
-def test_with_a_list_an_urgent_page_goes_when_a_replica_has_room_to_start_it():
-    clock = Clock()
-    replicas = replica_set(["http://a", "http://b"], clock=clock,
-                           fleet=FleetView(Board(clock=clock), default_target=1))
-    replicas.probe_all()
-    assert replicas.starts_at_once()  # never heard busy
-    a, b = replicas.acquire(), replicas.acquire()
-    assert {a.url, b.url} == {"http://a", "http://b"}
-    assert not replicas.starts_at_once()  # one page each: a new one would wait
-    replicas.release(a, answer(Outcome.OK, capacity=4, free=3))
-    assert not replicas.starts_at_once()  # another gateway's page runs there
-    a.inflight += 1
-    replicas.release(a, answer(Outcome.OK, capacity=4, free=4))
-    assert replicas.starts_at_once()
-
-
 def test_a_document_past_its_deadline_is_never_picked_even_before_it_is_stopped():
     """The scheduler stops expired documents every TIDY_S, not on every page: until then,
     the queue itself passes them over (nothing is sent with no time left to read it)."""
@@ -357,14 +291,18 @@ class ScriptedClient:
         self.lock = threading.Lock()
         self.calls: list[tuple[str, int]] = []
         self.first: list[bool] = []  # X-Ocr-Priority high, per call
+        self.start_within: list[float | None] = []  # X-Ocr-Start-Within-Ms, per call
 
-    def post(self, replica, body, *, log_id, deadline, first=False):
+    def post(self, replica, body, *, log_id, deadline, first=False, start_within_s=None):
         page = int(body.decode())
         with self.lock:
             self.calls.append((replica.url, page))
             self.first.append(first)
+            self.start_within.append(start_within_s)
             count = sum(1 for _, p in self.calls if p == page)
         status = self.script(replica.url, page, count)
+        if status == "later":  # a 503 with X-Ocr-Starts-In-Ms
+            return Attempt(classify(503, later=True), 503, {}, "later", capacity=4, free=3)
         if status == 200:
             payload = {"result": {"ocrResults": [{"prunedResult": {"rec_texts": [str(page)]}}],
                                   "dataInfo": {"type": "pdf", "numPages": 1,
@@ -438,49 +376,75 @@ def test_only_a_one_page_interactive_document_asks_the_worker_to_read_it_first(r
         assert client.first == [first] * pages
 
 
-def test_an_image_behind_a_full_fleet_goes_out_when_a_worker_frees_up_not_before():
-    """Behind a balancer, two pages of a long document fill the fleet. The first answer says
-    its worker still holds a page, and so does the probe the gateway sends to look for room:
-    the image waits in the gateway. The second answer says its worker is empty: the image
-    goes next, where nginx least_conn puts it on that worker."""
-    gates = {0: threading.Event(), 1: threading.Event()}
-    looked, sent = threading.Event(), []
+def test_an_image_a_worker_would_start_late_goes_to_another_at_once_asking_a_little_more_each_try(
+        run_scheduler):
+    """Each try asks the next of START_WITHIN_S; a refusal (Outcome.LATER) spends no attempt
+    and pauses nothing; after the last, the image goes out asking nothing. A document's pages
+    never ask."""
+    refusals = len(START_WITHIN_S) + 2
+    scheduler, client = run_scheduler(
+        lambda url, page, n: "later" if n <= refusals else 200, max_attempts=1)
+    assert texts(submit(scheduler, 1)) == ["0"]
+    assert client.start_within == list(START_WITHIN_S) + [None] * 3
+    assert all(later > earlier for earlier, later in zip(START_WITHIN_S, START_WITHIN_S[1:]))
+    assert all(r.busy_until == 0.0 for r in scheduler.replicas.replicas())
+    scheduler.client = client = ScriptedClient(lambda *a: 200)
+    assert len(texts(submit(scheduler, 3))) == 3
+    assert client.start_within == [None] * 3
+
+
+def test_with_a_list_an_image_refused_as_late_goes_to_a_replica_not_tried_yet():
+    replicas = replica_set(["http://a", "http://b", "http://c"])
+    client = ScriptedClient(lambda url, page, n: "later" if url != "http://c" else 200)
+    executor = ThreadPoolExecutor(4)
+    scheduler = Scheduler(replicas, client, executor, SchedulerSettings(), RetryBudget())
+    scheduler.start()
+    try:
+        assert texts(submit(scheduler, 1)) == ["0"]
+        urls = [url for url, _ in client.calls]
+        assert urls[-1] == "http://c" and len(urls) == len(set(urls))
+    finally:
+        scheduler.stop()
+        executor.shutdown(wait=True)
+
+
+def test_an_image_behind_a_full_fleet_goes_out_at_once_asking_to_start_soon():
+    """Behind a balancer, two pages of a long document fill the fleet. The image does not
+    wait in the gateway for one to come back: it goes out at once, asking to start within
+    START_WITHIN_S[0] (the worker refuses it when its page under way ends later); the
+    document's pages never ask."""
+    gate, sent = threading.Event(), []
 
     class Client:
-        def post(self, replica, body, *, log_id, deadline, first=False):
+        def post(self, replica, body, *, log_id, deadline, first=False, start_within_s=None):
             page = int(body.decode())
-            sent.append(page)
-            if page in gates:
-                assert gates[page].wait(10)
+            sent.append((page, start_within_s))
+            if page != 100:
+                assert gate.wait(10)
             payload = {"result": {"ocrResults": [{"prunedResult": {"rec_texts": [str(page)]}}],
                                   "dataInfo": {"type": "pdf", "numPages": 1,
                                                "pages": [{"width": 1, "height": 1}]}}}
-            return Attempt(Outcome.OK, 200, payload, "ok", capacity=4,
-                           free=3 if page == 0 else 4, seconds=2.0)
+            return Attempt(Outcome.OK, 200, payload, "ok", capacity=4, free=3, seconds=2.0)
 
-    def probe(url, headers):
-        looked.set()
-        return True, {h.CAPACITY: "4", h.FREE: "3"}
-
-    replicas = ReplicaSet(mode=MODE_LOAD_BALANCER, urls=["http://lb"], probe=probe,
+    replicas = ReplicaSet(mode=MODE_LOAD_BALANCER, urls=["http://lb"],
+                          probe=lambda url, headers: (True, {}),
                           fleet=FleetView(default_target=2))
     executor = ThreadPoolExecutor(8)
     scheduler = Scheduler(replicas, Client(), executor, SchedulerSettings(), RetryBudget())
+    scheduler.start()
     try:
         long_doc = scheduler.submit(Document([(i,) for i in range(4)], PageCutter(),
                                              log_id="t", deadline=time.monotonic() + 30,
                                              kind="pdf"))
-        assert wait_until(lambda: sent == [0, 1])  # the fleet is full
+        assert wait_until(lambda: len(sent) == 2)  # the fleet is full
         image = scheduler.submit(Document([(100,)], PageCutter(), log_id="i",
                                           deadline=time.monotonic() + 30, kind="image"))
-        gates[0].set()  # answered by a worker that still holds a page
-        assert looked.wait(10)  # the image waits, and the gateway looks for room
-        assert 100 not in sent
-        gates[1].set()  # answered by a worker that is now empty
-        assert texts(image) == ["100"]
-        assert sent.index(100) == 2  # the first page out after the empty worker's answer
+        assert texts(image) == ["100"]  # while the document's pages are still out
+        assert sent == [(0, None), (1, None), (100, START_WITHIN_S[0])]
+        gate.set()
         assert texts(long_doc) == ["0", "1", "2", "3"]
     finally:
+        gate.set()
         scheduler.stop()
         executor.shutdown(wait=True)
 
@@ -553,7 +517,7 @@ class MalformedClient(ScriptedClient):
         super().__init__(lambda url, page, n: 200)
         self.bad = set(bad)
 
-    def post(self, replica, body, *, log_id, deadline, first=False):
+    def post(self, replica, body, *, log_id, deadline, first=False, start_within_s=None):
         page = int(body.decode())
         if page not in self.bad:
             return super().post(replica, body, log_id=log_id, deadline=deadline)

@@ -123,6 +123,44 @@ def test_a_high_priority_request_is_read_before_the_pages_queued_before_it():
     assert [width for width, _ in engine.seen] == [200, 320, 260]
 
 
+def test_an_image_asked_to_start_soon_is_refused_at_once_while_a_long_page_runs():
+    """X-Ocr-Start-Within-Ms: the worker refuses at once (503 and X-Ocr-Starts-In-Ms, its
+    estimate) when the page in the engine would end later, and takes it when idle."""
+    client, service, engine = make_client(page_ms=500)
+    asked = {"X-Ocr-Priority": "high", "X-Ocr-Start-Within-Ms": "1000"}
+    assert client.post("/ocr", json={"file": image_b64(200, 0)}).status_code == 200  # timed
+    engine.gate.clear()
+    running = threading.Thread(target=client.post, args=("/ocr",),
+                               kwargs={"json": {"file": image_b64(2000, 0)}})
+    running.start()
+    try:
+        wait_until(lambda: service.batcher.progress().in_engine == 1, timeout=10)
+        answer = client.post("/ocr", json={"file": PNG}, headers=asked)
+        assert answer.status_code == 503 and answer.get_json()["errorCode"] == 503
+        assert int(answer.headers["X-Ocr-Starts-In-Ms"]) > 1000  # 10x the pixels timed
+        assert "X-Ocr-Start-Within-Ms" in answer.get_json()["errorMsg"]
+        assert answer.headers["Retry-After"] and answer.headers["X-Ocr-Capacity"]
+        normal = client.post("/ocr", json={"file": PNG},
+                             headers={"X-Ocr-Start-Within-Ms": "1000"})
+        assert normal.status_code == 400 and "X-Ocr-Priority" in normal.get_json()["errorMsg"]
+    finally:
+        engine.gate.set()
+        running.join(10)
+    assert [width for width, _ in engine.seen] == [200, 2000]  # not the refused ones
+    wait_until(lambda: service.batcher.progress().idle, timeout=10)
+    answer = client.post("/ocr", json={"file": PNG}, headers=asked)
+    assert answer.status_code == 200 and "X-Ocr-Starts-In-Ms" not in answer.headers
+
+
+@pytest.mark.parametrize("value", ["soon", "-1", "1.5", ""])
+def test_a_malformed_start_within_header_gets_400_json(value):
+    client, _, _ = make_client()
+    answer = client.post("/ocr", json={"file": PNG}, headers={
+        "X-Ocr-Priority": "high", "X-Ocr-Start-Within-Ms": value})
+    assert answer.status_code == 400
+    assert "X-Ocr-Start-Within-Ms" in answer.get_json()["errorMsg"]
+
+
 @pytest.mark.parametrize("value", ["urgent", "1", ""])
 def test_a_malformed_priority_header_gets_400_json(value):
     client, _, _ = make_client()

@@ -8,6 +8,8 @@ LOG_ID = "X-Log-Id"  # one id per document, from the caller or minted, on every 
 API_KEY = "X-API-Key"  # a caller's key (also accepted as Authorization: Bearer)
 DEADLINE_MS = "X-Deadline-Ms"  # gateway -> worker: milliseconds the caller will still wait
 PRIORITY = "X-Ocr-Priority"  # gateway -> worker: "high" = read before the pages queued there
+START_WITHIN_MS = "X-Ocr-Start-Within-Ms"  # gateway -> worker: start it this soon, or refuse
+STARTS_IN_MS = "X-Ocr-Starts-In-Ms"  # worker -> gateway, on that 503: when it would have started
 CAPACITY = "X-Ocr-Capacity"  # worker -> gateway: admission slots (OCR_QUEUE_SIZE)
 FREE = "X-Ocr-Free"  # worker -> gateway: slots free as the answer leaves
 WORKER = "X-Ocr-Worker"  # worker -> gateway: the id of the worker process that answered

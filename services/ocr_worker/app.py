@@ -13,7 +13,7 @@ from services.flask_common import (create_service_app, json_response, outcome_of
                                    read_ocr_fields)
 from services.flask_common.access import AccessPolicy
 from services.ocr_api import tracing
-from services.ocr_api.headers import ENGINE, PRIORITY
+from services.ocr_api.headers import ENGINE, PRIORITY, START_WITHIN_MS
 from services.ocr_api.logs import current_log_id
 
 from . import metrics
@@ -52,12 +52,15 @@ def create_app(config: WorkerConfig | None = None, engine: Engine | None = None,
     def ocr():
         deadline_ms = parse_deadline_ms(request.headers.get(DEADLINE_HEADER))
         first = parse_priority(request.headers.get(PRIORITY))
+        start_within_ms = parse_deadline_ms(request.headers.get(START_WITHIN_MS),
+                                            START_WITHIN_MS)
         # the gateway's attempt (its traceparent) is this request's parent span
         with tracing.span("ocr request", parent=tracing.incoming(request.headers),
                           kind=tracing.SERVER):
             return json_response(service.handle(read_ocr_fields,
                                                 log_id_hook=current_log_id.set,
                                                 deadline_ms=deadline_ms, first=first,
+                                                start_within_ms=start_within_ms,
                                                 content_length=request.content_length))
 
     @app.after_request

@@ -8,7 +8,12 @@ grouping up to `max_batch` pages with identical parameters that arrive within `b
 A page waits behind the `first` pages that arrive while it is queued (never behind one in
 the engine); the gateway marks only one-page interactive requests, each within its fair
 share of the fleet, so a long document's pages are delayed by them, not starved. Each page's
-share of an engine call is a span ("engine") under the request that queued it."""
+share of an engine call is a span ("engine") under the request that queued it.
+
+`first_wait_s()` says about how long a `first` page queued now would wait to start: the rest
+of the engine call under way and the `first` pages ahead of it, at the engine's recent
+seconds per pixel. A caller that wants its page started soon (X-Ocr-Start-Within-Ms) is
+refused at once when that is too long, and tries another worker."""
 
 from __future__ import annotations
 
@@ -26,6 +31,7 @@ import numpy as np
 from services.ocr_api import tracing
 from services.ocr_api.logs import current_log_id
 
+from .capacity import ewma
 from .engine import Engine, PageOutput
 
 log = logging.getLogger("ocr_worker.batcher")
@@ -48,6 +54,10 @@ class PageJob:
     @property
     def params_key(self) -> tuple:
         return tuple(sorted(self.params.items()))
+
+    @property
+    def pixels(self) -> int:
+        return self.image.shape[0] * self.image.shape[1]
 
 
 class EngineNotReady(RuntimeError):
@@ -93,6 +103,10 @@ class InferenceBatcher:
         self._in_engine = 0
         self._idle = False
         self._stopping = False
+        self._seconds_per_pixel: float | None = None  # the engine's recent pace
+        self._engine_pixels = 0  # of the engine call under way
+        self._first_pixels = 0  # of the `first` pages queued
+        self._first_lock = threading.Lock()
 
     # ---- request-thread side -------------------------------------------------------------
     def start(self) -> None:
@@ -106,15 +120,33 @@ class InferenceBatcher:
             raise EngineNotReady(self.load_error or "the model is still loading")
         job = PageJob(image=image, params=params, deadline=deadline)
         timeout = None if deadline is None else deadline - time.monotonic()
+        if first:  # counted before the inference thread can take it
+            self._count_first(job.pixels)
         try:
             if timeout is not None and timeout <= 0:
                 raise queue.Full
             self._put(FIRST if first else NORMAL, job, timeout)
         except queue.Full:
+            if first:
+                self._count_first(-job.pixels)
             raise DeadlineExceeded("the request deadline passed while waiting for room in "
                                    "the page queue") from None
         self._observe("enqueued", self._queue.qsize())
         return job.future
+
+    def first_wait_s(self) -> float:
+        """About how long a `first` page queued now would wait to start (module docstring);
+        0 until an engine call has been timed."""
+        rate = self._seconds_per_pixel
+        if rate is None:
+            return 0.0
+        running = 0.0
+        if self._in_engine:
+            left = rate * self._engine_pixels - (time.monotonic() - self._progress_at)
+            running = max(0.0, left)
+        held = self._held_back
+        ahead = self._first_pixels + (held.pixels if held is not None else 0)
+        return running + rate * ahead
 
     def progress(self) -> Progress:
         return Progress(
@@ -131,6 +163,10 @@ class InferenceBatcher:
 
     def _put(self, rank: int, item: Any, timeout: float | None = None) -> None:
         self._queue.put((rank, next(self._order), item), timeout=timeout)
+
+    def _count_first(self, pixels: int) -> None:
+        with self._first_lock:
+            self._first_pixels += pixels
 
     # ---- inference-thread side -----------------------------------------------------------
     def _run(self) -> None:
@@ -151,7 +187,7 @@ class InferenceBatcher:
             if batch is None:
                 return
             self._infer(batch)
-            pixels = sum(job.image.shape[0] * job.image.shape[1] for job in batch)
+            pixels = sum(job.pixels for job in batch)
             del batch  # the pages go when their requests have encoded them
             try:
                 self._after_batch(pixels)
@@ -171,7 +207,7 @@ class InferenceBatcher:
         if first is None:
             self._idle = True
             waited_from = time.monotonic() if self._queue.empty() else None
-            first = self._queue.get()[2]
+            first = self._take(self._queue.get())
             self._progress_at, self._idle = time.monotonic(), False
             if waited_from is not None:  # the engine sat idle until this page came
                 self._observe("idle", self._progress_at - waited_from)
@@ -182,8 +218,8 @@ class InferenceBatcher:
         while len(batch) < self.max_batch:
             remaining = deadline - time.monotonic()
             try:
-                job = (self._queue.get(timeout=remaining) if remaining > 0 else
-                       self._queue.get_nowait())[2]
+                job = self._take(self._queue.get(timeout=remaining) if remaining > 0 else
+                                 self._queue.get_nowait())
             except queue.Empty:
                 break
             if job is _STOP:
@@ -195,6 +231,13 @@ class InferenceBatcher:
             batch.append(job)
         self._observe("dequeued", self._queue.qsize())
         return batch
+
+    def _take(self, item: tuple[int, int, Any]) -> Any:
+        """A queue item's page (or the stop mark), no longer counted as a `first` page ahead."""
+        rank, _, job = item
+        if rank == FIRST:
+            self._count_first(-job.pixels)
+        return job
 
     def _infer(self, batch: list[PageJob]) -> None:
         live = [job for job in batch if job.future.set_running_or_notify_cancel()]
@@ -229,8 +272,9 @@ class InferenceBatcher:
             job.future.set_exception(exc)
 
     def _predict(self, jobs: list[PageJob]) -> list[PageOutput]:
+        pixels = sum(job.pixels for job in jobs)
         started = self._progress_at = time.monotonic()
-        self._in_engine = len(jobs)
+        self._engine_pixels, self._in_engine = pixels, len(jobs)
         try:
             outputs = self.engine.predict([job.image for job in jobs], jobs[0].params)
         finally:
@@ -238,7 +282,9 @@ class InferenceBatcher:
             for job in jobs:  # each request's span of the batch's engine call
                 tracing.record("engine", started, self._progress_at, job.trace, job.log_id,
                                batch=len(jobs), queued_s=round(started - job.enqueued_at, 6))
-        self._observe("inference", (time.monotonic() - started, len(jobs)))
+        seconds = time.monotonic() - started
+        self._seconds_per_pixel = ewma(self._seconds_per_pixel, seconds / max(1, pixels), 0.2)
+        self._observe("inference", (seconds, len(jobs)))
         if len(outputs) != len(jobs):
             raise RuntimeError(f"engine returned {len(outputs)} results for {len(jobs)} pages")
         return outputs

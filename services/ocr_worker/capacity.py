@@ -12,6 +12,10 @@ every request.
 - A request may carry `X-Deadline-Ms`: whole milliseconds the caller will still wait. The
   request's deadline is then the sooner of that and OCR_REQUEST_TIMEOUT_S. A value that is not
   a whole number from 0 to 999999999 gets 400 (a caller bug is better found than ignored).
+- A request may carry `X-Ocr-Start-Within-Ms` (the gateway sends it with an image): unless
+  the page would start within that many milliseconds (`InferenceBatcher.first_wait_s`), the
+  worker refuses it at once, before reading the body: 503 with `X-Ocr-Starts-In-Ms`, its
+  estimate. The caller then tries another worker instead of waiting out a long page here.
 - 503 means busy only (admission or memory budget full, draining, model loading), always with
   Retry-After; a failed page is 500, a passed deadline 504.
 - Every /ocr and /readyz answer also carries `X-Ocr-Worker` (this process's id) and the
@@ -37,13 +41,14 @@ DEADLINE_HEADER = headers.DEADLINE_MS
 MAX_DEADLINE_MS = 999_999_999
 
 
-def parse_deadline_ms(value: str | None) -> int | None:
-    """Milliseconds from an X-Deadline-Ms header, None without one; 400 when malformed."""
+def parse_deadline_ms(value: str | None, name: str = DEADLINE_HEADER) -> int | None:
+    """Milliseconds from an X-Deadline-Ms (or `name`) header, None without one; 400 when
+    malformed."""
     if value is None:
         return None
     text = value.strip()
     if not (0 < len(text) <= 9 and text.isascii() and text.isdigit()):
-        raise bad_request(f"{DEADLINE_HEADER} must be a whole number of milliseconds from 0 "
+        raise bad_request(f"{name} must be a whole number of milliseconds from 0 "
                           f"to {MAX_DEADLINE_MS}")
     return int(text)
 
@@ -94,10 +99,10 @@ class Pace:
     def observe(self, event: str, value) -> None:
         if event == "inference":
             seconds, _pages = value
-            self.page_s = _ewma(self.page_s, seconds, self.weight)
+            self.page_s = ewma(self.page_s, seconds, self.weight)
         elif event == "idle" and self.page_s is not None \
                 and value <= 0.25 + self.page_s / 2:
-            self.gap_s = _ewma(self.gap_s, value, self.weight)
+            self.gap_s = ewma(self.gap_s, value, self.weight)
 
     def target(self) -> float:
         if self.page_s is None or self.gap_s is None or self.gap_s <= 0:
@@ -107,7 +112,7 @@ class Pace:
         return self.batch * (1.0 + min(1.0, max(self.min_headroom, headroom)))
 
 
-def _ewma(old: float | None, new: float, weight: float) -> float:
+def ewma(old: float | None, new: float, weight: float) -> float:
     return new if old is None else old + weight * (new - old)
 
 

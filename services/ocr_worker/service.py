@@ -12,7 +12,8 @@ from concurrent.futures import Future, TimeoutError as FutureTimeout
 from typing import Any, Callable, Mapping
 
 from services.ocr_api import envelope, tracing
-from services.ocr_api.errors import ApiError, unprocessable
+from services.ocr_api.errors import ApiError, bad_request, unprocessable
+from services.ocr_api.headers import PRIORITY, STARTS_IN_MS, START_WITHIN_MS
 from services.ocr_api.request import OcrRequest, parse_ocr_request
 from services.ocr_api.url_input import make_url_fetcher
 
@@ -221,10 +222,11 @@ class OcrService:
     def handle(self, read_fields: Callable[[], tuple[Mapping[str, Any], bytes | None]],
                log_id_hook: Callable[[str], None] = lambda _: None,
                deadline_ms: int | None = None, content_length: int | None = None,
-               first: bool = False) -> dict[str, Any]:
+               first: bool = False, start_within_ms: int | None = None) -> dict[str, Any]:
         """The whole request: admission first (so an overloaded worker refuses before it even
         reads the body), then decode_request -> predict -> envelope. The deadline is the
-        sooner of OCR_REQUEST_TIMEOUT_S and the caller's X-Deadline-Ms, from arrival."""
+        sooner of OCR_REQUEST_TIMEOUT_S and the caller's X-Deadline-Ms, from arrival;
+        `start_within_ms`: refused at once unless its pages would start that soon."""
         arrived = time.monotonic()
         timeout_s = self.config.request_timeout_s
         if deadline_ms is not None:
@@ -232,6 +234,8 @@ class OcrService:
         deadline = arrived + timeout_s
         self._refuse_unless_ready()
         self._check_deadline(deadline, 1)
+        if start_within_ms is not None:
+            self._refuse_if_late(start_within_ms, first)
         body_cost = 2 * (content_length or 0)  # the body, then the file decoded from it
         with self.admission.admit(), self.memory.reserve(body_cost) as reservation:
             metrics.INFLIGHT.inc()
@@ -255,6 +259,20 @@ class OcrService:
         if not self.batcher.ready.is_set():
             raise ApiError(503, "The model is still loading: retry shortly",
                            {"Retry-After": str(self.config.retry_after_s)})
+
+    def _refuse_if_late(self, start_within_ms: int, first: bool) -> None:
+        """503 (with the estimate) when the request's page would not start that soon: the
+        caller tries another worker rather than wait out a long page here. Only a page read
+        before the queued ones (X-Ocr-Priority: high) has a start this worker can tell."""
+        if not first:
+            raise bad_request(f"{START_WITHIN_MS} goes with {PRIORITY}: high")
+        waits_ms = int(self.batcher.first_wait_s() * 1000)
+        if waits_ms > start_within_ms:
+            raise ApiError(503, f"This worker would start the page in about {waits_ms} ms, "
+                                f"later than {START_WITHIN_MS} asks ({start_within_ms} ms): "
+                                "send it to another replica",
+                           {"Retry-After": str(self.config.retry_after_s),
+                            STARTS_IN_MS: str(waits_ms)})
 
     def shutdown(self, timeout: float | None = None) -> None:
         self.admission.draining = True
