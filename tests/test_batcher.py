@@ -8,7 +8,8 @@ import pytest
 
 from services.ocr_api.errors import ApiError
 from services.ocr_worker.admission import Admission
-from services.ocr_worker.batcher import DeadlineExceeded, EngineNotReady, InferenceBatcher
+from services.ocr_worker.batcher import DeadlineExceeded, EngineNotReady, InferenceBatcher, \
+    StartsLater
 from tests.conftest import wait_until
 
 
@@ -233,4 +234,23 @@ def test_a_first_page_is_told_how_long_the_page_in_the_engine_and_the_first_page
         future.result(5)
     wait_until(lambda: batcher.progress().idle)
     assert batcher.first_wait_s() == 0.0
+    batcher.stop(5)
+
+
+def test_a_first_page_that_would_start_later_than_asked_is_not_queued():
+    engine = RecordingEngine(delay=0.05)
+    batcher = started(engine, max_batch=1)
+    batcher.submit(page(1), {}).result(5)  # timed: >= 12.5 ms a pixel
+    engine.gate.clear()
+    running = batcher.submit(np.full((400, 400, 3), 2, np.uint8), {})
+    wait_until(lambda: batcher.progress().in_engine == 1)
+    with pytest.raises(StartsLater) as refused:
+        batcher.submit(page(3), {}, first=True, start_within_s=1.0)
+    assert refused.value.wait_s > 1000
+    before = batcher.first_wait_s()
+    assert batcher.progress().queued == 0 and before <= refused.value.wait_s  # not counted
+    taken = batcher.submit(page(4), {}, first=True, start_within_s=10_000)
+    engine.gate.set()
+    assert (running.result(5), taken.result(5)) == (2, 4)
+    assert [values for values, _ in engine.calls] == [[1], [2], [4]]
     batcher.stop(5)

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import base64
 import threading
+import types
 import weakref
 
 import numpy as np
 import pytest
 
 from samples import documents
+from services.ocr_worker import engine as engine_module
 from services.ocr_worker import service as service_module
 from services.ocr_worker.app import create_app
 from services.ocr_worker.config import WorkerConfig
@@ -150,6 +152,20 @@ def test_an_image_asked_to_start_soon_is_refused_at_once_while_a_long_page_runs(
     wait_until(lambda: service.batcher.progress().idle, timeout=10)
     answer = client.post("/ocr", json={"file": PNG}, headers=asked)
     assert answer.status_code == 200 and "X-Ocr-Starts-In-Ms" not in answer.headers
+
+
+def test_the_start_is_told_again_as_the_page_is_queued_and_held_to(monkeypatch):
+    """The page under way may end while the request is read (a queued page would then start
+    first): the worker asks again as it queues the page, and refuses if it is now late."""
+    client, service, engine = make_client()
+    estimates = iter([0.0, 5.0])  # before the body was read, and as the page is queued
+    monkeypatch.setattr(service.batcher, "first_wait_s", lambda: next(estimates))
+    failed = service_module.metrics.PAGES.labels("failed")._value.get()
+    answer = client.post("/ocr", json={"file": PNG}, headers={
+        "X-Ocr-Priority": "high", "X-Ocr-Start-Within-Ms": "1000"})
+    assert answer.status_code == 503 and answer.headers["X-Ocr-Starts-In-Ms"] == "5000"
+    assert engine.seen == []  # never queued
+    assert service_module.metrics.PAGES.labels("failed")._value.get() == failed  # not failed
 
 
 @pytest.mark.parametrize("value", ["soon", "-1", "1.5", ""])
@@ -335,3 +351,23 @@ def test_the_sim_engine_charges_a_small_image_its_share_of_a_full_page():
     assert engine.share_of_page(np.zeros((2000, 1500, 3), np.uint8)) == 1.0
     fixed = SimEngine(WorkerConfig(engine="sim", warmup=False))
     assert fixed.share_of_page(np.zeros((10, 10, 3), np.uint8)) == 1.0
+
+
+def test_the_sim_engines_jitter_is_drawn_apart_in_each_engine_and_an_image_gets_its_share(
+        monkeypatch):
+    """Workers whose pages all took the same time would end them in step (waves): each
+    engine draws its own jitter. A small image varies by its share of it."""
+    slept = []
+    monkeypatch.setattr(engine_module, "time", types.SimpleNamespace(sleep=slept.append))
+    config = WorkerConfig(engine="sim", sim_page_ms=1000, sim_jitter_ms=200,
+                          sim_page_pixels=1_000_000, warmup=False)
+    page, image = np.zeros((1000, 1000, 3), np.uint8), np.zeros((100, 500, 3), np.uint8)
+    draws = []
+    for _ in range(2):
+        engine = SimEngine(config)
+        engine.predict([page] * 8, {})
+        draws.append(slept[-8:])
+    assert draws[0] != draws[1]
+    assert all(0.8 <= s <= 1.2 for s in draws[0] + draws[1])
+    SimEngine(config).predict([image] * 8, {})
+    assert all(0.04 <= s <= 0.06 for s in slept[-8:])

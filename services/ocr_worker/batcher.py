@@ -68,6 +68,14 @@ class DeadlineExceeded(RuntimeError):
     """The page's request deadline passed before the page could be queued or inferred."""
 
 
+class StartsLater(RuntimeError):
+    """A `first` page would not start within what its caller asked (`submit`)."""
+
+    def __init__(self, wait_s: float):
+        super().__init__(f"it would start in about {wait_s:.3f} s")
+        self.wait_s = wait_s
+
+
 @dataclass(frozen=True)
 class Progress:
     """What the inference thread is doing, for liveness (see health.py)."""
@@ -113,13 +121,21 @@ class InferenceBatcher:
         self._thread.start()
 
     def submit(self, image: np.ndarray, params: dict[str, Any],
-               deadline: float | None = None, first: bool = False) -> Future:
+               deadline: float | None = None, first: bool = False,
+               start_within_s: float | None = None) -> Future:
         """Queue one page (`first`: before the pages queued now); waits for room at most
-        until `deadline` (DeadlineExceeded)."""
+        until `deadline` (DeadlineExceeded). `start_within_s` (with `first`): unless it would
+        start that soon (`first_wait_s`), StartsLater instead. Told as it is queued, not
+        before the request was read: a page under way that ends in the meantime would let a
+        queued page start first, and the promise would not hold."""
         if not self.ready.is_set():
             raise EngineNotReady(self.load_error or "the model is still loading")
         job = PageJob(image=image, params=params, deadline=deadline)
         timeout = None if deadline is None else deadline - time.monotonic()
+        if first and start_within_s is not None:
+            wait_s = self.first_wait_s()
+            if wait_s > start_within_s:
+                raise StartsLater(wait_s)
         if first:  # counted before the inference thread can take it
             self._count_first(job.pixels)
         try:

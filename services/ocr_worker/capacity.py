@@ -12,10 +12,12 @@ every request.
 - A request may carry `X-Deadline-Ms`: whole milliseconds the caller will still wait. The
   request's deadline is then the sooner of that and OCR_REQUEST_TIMEOUT_S. A value that is not
   a whole number from 0 to 999999999 gets 400 (a caller bug is better found than ignored).
-- A request may carry `X-Ocr-Start-Within-Ms` (the gateway sends it with an image): unless
-  the page would start within that many milliseconds (`InferenceBatcher.first_wait_s`), the
-  worker refuses it at once, before reading the body: 503 with `X-Ocr-Starts-In-Ms`, its
-  estimate. The caller then tries another worker instead of waiting out a long page here.
+- A request may carry `X-Ocr-Start-Within-Ms` (with `X-Ocr-Priority: high`; the gateway
+  sends it with an image): unless the page would start within that many milliseconds
+  (`InferenceBatcher.first_wait_s`), the worker refuses it at once: 503 with
+  `X-Ocr-Starts-In-Ms`, its estimate. It asks before reading the body, and again as the
+  page is queued (the page under way may have ended meanwhile, and a queued page started).
+  The caller then tries another worker instead of waiting out a long page here.
 - 503 means busy only (admission or memory budget full, draining, model loading), always with
   Retry-After; a failed page is 500, a passed deadline 504.
 - Every /ocr and /readyz answer also carries `X-Ocr-Worker` (this process's id) and the

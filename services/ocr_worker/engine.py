@@ -171,7 +171,9 @@ class SimEngine:
     """Sleeps a configured service time per page and returns deterministic text marked
     as simulated. Only for measuring the fleet; never a default. With OCR_SIM_PAGE_PIXELS, an
     image smaller than a full page takes its share of the time, as the real engine's time
-    follows the pixels (a one-line image: about 2 % of a dense page's)."""
+    follows the pixels (a one-line image: about 2 % of a dense page's). OCR_SIM_JITTER_MS
+    varies each page's time by up to that much either way (an image: its share of it), drawn
+    apart in each process, so that workers' pages do not end in step."""
 
     def __init__(self, config: WorkerConfig):
         self.page_s = config.sim_page_ms / 1000.0
@@ -181,7 +183,7 @@ class SimEngine:
                      "det_model": "none", "rec_model": "none",
                      "page_ms": str(config.sim_page_ms)}
         self.load_s = config.sim_load_ms / 1000.0
-        self._random = random.Random(0)
+        self._random = random.Random()
 
     def load(self) -> None:
         time.sleep(self.load_s)  # a model's load time, for readiness and recycling tests
@@ -193,7 +195,7 @@ class SimEngine:
         outputs = []
         for image in images:
             jitter = self._random.uniform(-self.jitter_s, self.jitter_s) if self.jitter_s else 0.0
-            time.sleep(max(0.0, self.page_s * self.share_of_page(image) + jitter))
+            time.sleep(max(0.0, (self.page_s + jitter) * self.share_of_page(image)))
             outputs.append(SimPageOutput(image))
         return outputs
 

@@ -19,7 +19,7 @@ from services.ocr_api.url_input import make_url_fetcher
 
 from . import metrics, recycle
 from .admission import Admission, MemoryBudget, Reservation
-from .batcher import DeadlineExceeded, EngineNotReady, InferenceBatcher
+from .batcher import DeadlineExceeded, EngineNotReady, InferenceBatcher, StartsLater
 from .capacity import Pace, Presence, capacity_json
 from .config import WorkerConfig
 from .decode import DecodeLimits, Document, TextLayerPage, open_document
@@ -107,10 +107,11 @@ class OcrService:
         return ocr_request
 
     def predict(self, ocr_request: OcrRequest, deadline: float | None = None,
-                reservation: Reservation | None = None, first: bool = False
-                ) -> dict[str, Any]:
+                reservation: Reservation | None = None, first: bool = False,
+                start_within_ms: int | None = None) -> dict[str, Any]:
         """Render, infer and encode one admitted request; returns the `result` object.
-        `first`: its pages go before the pages already queued (X-Ocr-Priority: high)."""
+        `first`: its pages go before the pages already queued (X-Ocr-Priority: high);
+        `start_within_ms`: its first page is refused (503) unless it would start that soon."""
         if deadline is None:
             deadline = time.monotonic() + self.config.request_timeout_s
         document = open_document(ocr_request, self.limits)
@@ -118,7 +119,8 @@ class OcrService:
             if reservation is not None:
                 reservation.grow_to(reservation.nbytes + self._pages_cost(document,
                                                                           ocr_request))
-            results, sizes = self._run_pages(document, ocr_request, deadline, first)
+            results, sizes = self._run_pages(document, ocr_request, deadline, first,
+                                             start_within_ms)
         finally:
             document.close()
         metrics.PAGES.labels("ok").inc(len(results))
@@ -133,7 +135,8 @@ class OcrService:
         return pages * document.page_bytes * (2 if ocr_request.visualize else 1)
 
     def _run_pages(self, document: Document, ocr_request: OcrRequest, deadline: float,
-                   first: bool = False) -> tuple[list[dict[str, Any]], list[tuple[int, int]]]:
+                   first: bool = False, start_within_ms: int | None = None
+                   ) -> tuple[list[dict[str, Any]], list[tuple[int, int]]]:
         """Pages go to the inference queue as they are rendered and are encoded in order as
         they finish; at most OCR_PAGE_WINDOW rendered pages (queued, being inferred, or
         waiting to be encoded) exist at once, so memory does not grow with the page count.
@@ -167,16 +170,18 @@ class OcrService:
                 tracing.record("render", started, time.monotonic(), page=len(sizes) + 1)
                 sizes.append((int(image.shape[1]), int(image.shape[0])))
                 future = self._submit(image, ocr_request.pipeline_params, deadline,
-                                      len(sizes), first)
+                                      len(sizes), first,
+                                      start_within_ms if len(sizes) == 1 else None)
                 window.append((len(sizes) - 1, future, image if visualize else None,
                                marks.get(len(sizes) - 1)))
                 del image, future
             while window:
                 results.append(self._encode(*window.popleft(), visualize, deadline))
-        except BaseException:
+        except BaseException as exc:
             for _, future, _, _ in window:
                 future.cancel()
-            metrics.PAGES.labels("failed").inc(len(sizes) - len(results))
+            if not (isinstance(exc, ApiError) and exc.status == 503):  # busy is not failed
+                metrics.PAGES.labels("failed").inc(len(sizes) - len(results))
             raise
         finally:
             pages.close()
@@ -193,9 +198,13 @@ class OcrService:
                              "fewer pages per request")
 
     def _submit(self, image, params, deadline: float, page_number: int,
-                first: bool = False) -> Future:
+                first: bool = False, start_within_ms: int | None = None) -> Future:
+        start_within_s = None if start_within_ms is None else start_within_ms / 1000.0
         try:
-            return self.batcher.submit(image, params, deadline, first=first)
+            return self.batcher.submit(image, params, deadline, first=first,
+                                       start_within_s=start_within_s)
+        except StartsLater as exc:
+            raise self._late_error(int(exc.wait_s * 1000), start_within_ms) from None
         except EngineNotReady as exc:
             raise ApiError(503, str(exc), {"Retry-After": str(self.config.retry_after_s)})
         except DeadlineExceeded:
@@ -249,7 +258,7 @@ class OcrService:
                 log_id_hook(ocr_request.log_id)
                 return envelope.success(ocr_request.log_id,
                                         self.predict(ocr_request, deadline, reservation,
-                                                     first))
+                                                     first, start_within_ms))
             finally:
                 metrics.INFLIGHT.dec()
 
@@ -261,18 +270,22 @@ class OcrService:
                            {"Retry-After": str(self.config.retry_after_s)})
 
     def _refuse_if_late(self, start_within_ms: int, first: bool) -> None:
-        """503 (with the estimate) when the request's page would not start that soon: the
-        caller tries another worker rather than wait out a long page here. Only a page read
+        """503 (with the estimate) when the request's page would not start that soon, before
+        its body is read: the caller tries another worker rather than wait out a long page
+        here. (Told again, and held to, as the page is queued: `_submit`.) Only a page read
         before the queued ones (X-Ocr-Priority: high) has a start this worker can tell."""
         if not first:
             raise bad_request(f"{START_WITHIN_MS} goes with {PRIORITY}: high")
         waits_ms = int(self.batcher.first_wait_s() * 1000)
         if waits_ms > start_within_ms:
-            raise ApiError(503, f"This worker would start the page in about {waits_ms} ms, "
-                                f"later than {START_WITHIN_MS} asks ({start_within_ms} ms): "
-                                "send it to another replica",
-                           {"Retry-After": str(self.config.retry_after_s),
-                            STARTS_IN_MS: str(waits_ms)})
+            raise self._late_error(waits_ms, start_within_ms)
+
+    def _late_error(self, waits_ms: int, start_within_ms: int) -> ApiError:
+        return ApiError(503, f"This worker would start the page in about {waits_ms} ms, later "
+                             f"than {START_WITHIN_MS} asks ({start_within_ms} ms): send it to "
+                             "another replica",
+                        {"Retry-After": str(self.config.retry_after_s),
+                         STARTS_IN_MS: str(waits_ms)})
 
     def shutdown(self, timeout: float | None = None) -> None:
         self.admission.draining = True
