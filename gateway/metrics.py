@@ -64,7 +64,8 @@ def observe_queue_wait(waited_s: float, deadline_s: float) -> None:
     DEADLINE_SECONDS.set(deadline_s)
 
 ATTEMPTS = Counter("ocr_gateway_attempts_total",
-                   "Chunk attempts to replicas by outcome (busy = backpressure, not failure)",
+                   "Chunk attempts to replicas by outcome (busy = backpressure, later = an "
+                   "image refused by a worker that would start it too late; neither fails)",
                    ["outcome"])
 RETRIES_DENIED = Counter("ocr_gateway_retries_denied_total",
                          "Failed chunks not retried because the fleet-wide retry budget was spent")
