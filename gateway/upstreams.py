@@ -28,11 +28,11 @@ later refuses it at once (Outcome.LATER: no pause, no attempt spent), and the ne
 to another (the balancer rotates; with a list, one not tried yet). Sent into a full fleet
 without asking, it would wait behind a whole page at whichever worker it met.
 
-Busy is not down: a 503/429 (but a LATER) pauses the replica briefly (a short, growing pause) and never
-ejects it. Only connection errors and timeouts eject a replica (not in load-balancer mode:
-nginx does its own passive health checks). An ejected replica is on probation: after
-`eject_s` it gets one trial page at a time, and only a real answer ends probation; a
-readiness probe alone does not re-admit a replica that timed out.
+Busy is not down: a 503/429 (not a LATER) pauses the replica briefly (a short, growing
+pause) and never ejects it. Only connection errors and timeouts eject a replica (not in
+load-balancer mode: nginx does its own passive health checks). An ejected replica is on
+probation: after `eject_s` it gets one trial page at a time, and only a real answer ends
+probation; a readiness probe alone does not re-admit a replica that timed out.
 
 Probes (and pages) carry this process's entry on the fleet board and bring back the workers'
 boards. Behind a balancer, probes also find the workers not met yet: rounds through the
