@@ -32,6 +32,10 @@ class DispatchSettings:
     page_timeout_s: float
     connect_timeout_s: float
     headers: dict[str, str] = field(default_factory=dict)  # sent on every request (auth)
+    # one URL for the whole fleet (a balancer): each try that asks to start soon goes on a
+    # new connection. A k8s Service balances connections, not requests, so the try after a
+    # refusal would meet the same pod again on a pooled one. (A list picks the worker.)
+    balanced: bool = False
 
 
 @dataclass
@@ -89,6 +93,8 @@ class ReplicaClient:
                    **self.fleet.outgoing(), **tracing.outgoing()}  # traceparent: this attempt
         if start_within_s is not None:
             headers[h.START_WITHIN_MS] = str(max(1, int(start_within_s * 1000)))
+            if self.settings.balanced:
+                headers["Connection"] = "close"
         metrics.REPLICA_INFLIGHT.labels(replica.url).inc()
         started = time.monotonic()
         try:

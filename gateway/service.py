@@ -73,7 +73,9 @@ class GatewayService:
             self.replicas,
             ReplicaClient(self.pool, DispatchSettings(page_timeout_s=config.page_timeout_s,
                                                       connect_timeout_s=config.connect_timeout_s,
-                                                      headers=auth), self.fleet),
+                                                      headers=auth,
+                                                      balanced=bool(config.upstream_url)),
+                           self.fleet),
             self.executor,
             SchedulerSettings(max_attempts=config.max_attempts, backoff_s=config.backoff_s),
             RetryBudget(config.retry_budget_ratio, config.retry_budget_min))

@@ -1,6 +1,8 @@
 """The gateway's pure parts without a server: PDF splitting, reassembly, replica selection,
 ejection and DNS discovery (with an injected resolver and clock), configuration."""
 
+import time
+
 import pypdfium2 as pdfium
 import pytest
 
@@ -193,3 +195,56 @@ def test_the_gateway_imports_and_serves_without_the_engine_stack():
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
+
+
+def test_an_image_asking_to_start_soon_goes_on_a_connection_of_its_own():
+    """Behind a k8s Service (kube-proxy balances connections, not requests) a try on the
+    pooled connection would meet the refusing pod again: behind one URL, each try that asks
+    to start soon opens its own connection; pages keep reusing the pool's. The refusal is
+    Outcome.LATER."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from gateway.dispatch import DispatchSettings, ReplicaClient, make_pool
+    from gateway.fleet import FleetView
+    from gateway.upstreams import Replica
+
+    seen = []
+
+    class Worker(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers["Content-Length"]))
+            seen.append((self.client_address[1], self.headers.get("X-Ocr-Start-Within-Ms")))
+            late = self.headers.get("X-Ocr-Start-Within-Ms") is not None
+            body = b'{"errorCode": 503, "errorMsg": "later"}' if late else b'{"result": {}}'
+            self.send_response(503 if late else 200)
+            if late:
+                self.send_header("X-Ocr-Starts-In-Ms", "1500")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Worker)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = ReplicaClient(make_pool(4), DispatchSettings(5.0, 2.0, balanced=True),
+                               FleetView())
+        replica = Replica(f"http://127.0.0.1:{server.server_port}")
+        post = lambda **kw: client.post(replica, b"{}", log_id="t",  # noqa: E731
+                                        deadline=time.monotonic() + 10, **kw)
+        outcomes = [post().outcome, post().outcome,
+                    post(first=True, start_within_s=0.25).outcome,
+                    post(first=True, start_within_s=0.25).outcome, post().outcome]
+        assert outcomes == [Outcome.OK] * 2 + [Outcome.LATER] * 2 + [Outcome.OK]
+        ports = [port for port, _ in seen]
+        assert ports[0] == ports[1]  # pages: one pooled connection
+        assert len(set(ports[2:])) == 3  # none is used again after a try that asked
+        assert [within for _, within in seen] == [None, None, "250", "250", None]
+    finally:
+        server.shutdown()
+        server.server_close()
