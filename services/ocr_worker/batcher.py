@@ -133,9 +133,7 @@ class InferenceBatcher:
         job = PageJob(image=image, params=params, deadline=deadline)
         timeout = None if deadline is None else deadline - time.monotonic()
         if first and start_within_s is not None:
-            wait_s = self.first_wait_s()
-            if wait_s > start_within_s:
-                raise StartsLater(wait_s)
+            self.check_start(start_within_s)
         if first:  # counted before the inference thread can take it
             self._count_first(job.pixels)
         try:
@@ -149,6 +147,12 @@ class InferenceBatcher:
                                    "the page queue") from None
         self._observe("enqueued", self._queue.qsize())
         return job.future
+
+    def check_start(self, start_within_s: float) -> None:
+        """StartsLater unless a `first` page queued now would start within `start_within_s`."""
+        wait_s = self.first_wait_s()
+        if wait_s > start_within_s:
+            raise StartsLater(wait_s)
 
     def first_wait_s(self) -> float:
         """About how long a `first` page queued now would wait to start (module docstring);

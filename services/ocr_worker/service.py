@@ -204,7 +204,7 @@ class OcrService:
             return self.batcher.submit(image, params, deadline, first=first,
                                        start_within_s=start_within_s)
         except StartsLater as exc:
-            raise self._late_error(int(exc.wait_s * 1000), start_within_ms) from None
+            raise self._late_error(exc, start_within_ms) from None
         except EngineNotReady as exc:
             raise ApiError(503, str(exc), {"Retry-After": str(self.config.retry_after_s)})
         except DeadlineExceeded:
@@ -276,11 +276,13 @@ class OcrService:
         before the queued ones (X-Ocr-Priority: high) has a start this worker can tell."""
         if not first:
             raise bad_request(f"{START_WITHIN_MS} goes with {PRIORITY}: high")
-        waits_ms = int(self.batcher.first_wait_s() * 1000)
-        if waits_ms > start_within_ms:
-            raise self._late_error(waits_ms, start_within_ms)
+        try:
+            self.batcher.check_start(start_within_ms / 1000.0)
+        except StartsLater as exc:
+            raise self._late_error(exc, start_within_ms) from None
 
-    def _late_error(self, waits_ms: int, start_within_ms: int) -> ApiError:
+    def _late_error(self, late: StartsLater, start_within_ms: int) -> ApiError:
+        waits_ms = int(late.wait_s * 1000)
         return ApiError(503, f"This worker would start the page in about {waits_ms} ms, later "
                              f"than {START_WITHIN_MS} asks ({start_within_ms} ms): send it to "
                              "another replica",
