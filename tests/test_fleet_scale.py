@@ -15,6 +15,7 @@ import pytest
 import requests
 
 from deploy.nginx import render as nginx
+from services.ocr_api.fleet_board import BOARD_HEADER, Board
 from samples import documents
 from scripts.fleet import ManagedProcess, free_port, gateway_process, stop_all, worker_process
 
@@ -63,6 +64,7 @@ def upstream_for(mode, urls, logs, processes) -> dict[str, str]:
 @pytest.mark.parametrize("mode", [pytest.param("nginx", marks=pytest.mark.nginx), "list"])
 def test_documents_through_two_gateways_progress_together(mode, workers, processes):
     urls, logs = workers
+    wait_for_quiet_boards(urls)
     upstream = upstream_for(mode, urls, logs, processes)
     gateways = []
     for index in range(2):
@@ -139,6 +141,21 @@ def test_documents_through_two_gateways_progress_together(mode, workers, process
     # that is 0.89-0.98 of the pages (0.86 without it); with a list, where a gateway finds
     # the workers the other left only as it hears from them, 0.7-0.97 (0.76-0.93)
     assert min(progress) >= (0.85 if mode == "nginx" else 0.6) * PAGES, progress
+
+
+def wait_for_quiet_boards(urls: list[str], timeout_s: float = 30.0) -> None:
+    """Until no worker's board carries a live gateway entry: the workers are shared by both
+    modes, and the stopped gateways of the one before would otherwise be counted for up to
+    `client_ttl_s` (their last demand as the others last heard it)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        board = Board()
+        for url in urls:
+            board.merge(requests.get(f"{url}/readyz", timeout=5).headers.get(BOARD_HEADER))
+        if not board.clients():
+            return
+        assert time.monotonic() < deadline, [(e.id, e.value) for e in board.clients()]
+        time.sleep(0.2)
 
 
 def fleet_share(gateway) -> dict:
