@@ -12,7 +12,7 @@ from typing import Callable
 from flask import Flask, Response, g, request, stream_with_context
 
 from services.flask_common import create_service_app, outcome_of, read_ocr_fields
-from services.ocr_api import tracing
+from services.ocr_api import heap, tracing
 from services.ocr_api.headers import CACHED_PAGES, NUM_PAGES
 from services.ocr_api.logs import current_log_id
 
@@ -24,6 +24,8 @@ from .jobs.api import client_identity
 from .service import GatewayService
 
 log = logging.getLogger("gateway.http")
+
+TRIM_AFTER_BYTES = 2 * 2**20  # a request body at least this large: the heap is trimmed after it
 
 
 def create_app(config: GatewayConfig | None = None, resolver=None, start: bool = True) -> Flask:
@@ -58,13 +60,14 @@ def create_app(config: GatewayConfig | None = None, resolver=None, start: bool =
     def reserve_and_answer() -> Response:
         output = outputs.negotiate(request.headers.get("Accept"))
         # the request's room in the memory budget, taken before its body is read
-        ticket = service.reserve(request.content_length, request.mimetype != "multipart/form-data")
+        length = request.content_length
+        ticket = service.reserve(length, request.mimetype != "multipart/form-data")
         try:
             response = answer(output, ticket)
         except BaseException:
-            ticket.release()
+            bytes_back(ticket, length)
             raise
-        response.call_on_close(ticket.release)  # its bytes count until the answer has gone
+        response.call_on_close(lambda: bytes_back(ticket, length))  # once the answer has gone
         return response
 
     def answer(output: str, ticket) -> Response:
@@ -129,3 +132,14 @@ def _record(status: int, seconds: float) -> None:
     metrics.DOCUMENTS.labels(outcome_of(status), str(status)).inc()
     metrics.REQUEST_SECONDS.observe(seconds)
     log.info("ocr request", extra={"status": status, "seconds": round(seconds, 4)})
+
+
+def bytes_back(ticket, length: int | None) -> None:
+    """A request's bytes go back to the memory budget once it is answered, and after a large
+    body to the OS as well: glibc would keep the request's peak (the body, its base64 text,
+    the decoded file, the PDF library's parse of it) in the heap of the thread that served it,
+    and over the threads the gateway's resident memory would creep up by one peak each
+    (services/ocr_api/heap.py)."""
+    ticket.release()
+    if length is not None and length >= TRIM_AFTER_BYTES:
+        heap.malloc_trim()

@@ -61,7 +61,7 @@ def child(name: str, pages_dir: str) -> dict[str, Any]:
     import numpy as np
     import onnxruntime as ort
 
-    from services.ocr_worker.memory import malloc_trim
+    from services.ocr_api.heap import malloc_trim
 
     variant = VARIANTS[name]
     if variant.get("keep_buffers"):  # OpenVINO keeps its buffers at the largest input seen
@@ -166,7 +166,7 @@ def cap_trade(*caps: str) -> list[dict[str, Any]]:
     import numpy as np
 
     from samples import documents, scans
-    from services.ocr_worker.memory import malloc_trim
+    from services.ocr_api.heap import malloc_trim
 
     pages = [("dense A4 300 dpi", scans.dense_scan(0), dense_words(0, 300))]
     for points, size, count, seed, words in ((6, 24, 100, 7, 14), (4, 17, 140, 8, 20)):

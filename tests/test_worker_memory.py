@@ -11,6 +11,7 @@ import types
 import pytest
 
 from services.ocr_api.errors import ApiError
+from services.ocr_api import heap
 from services.ocr_worker import memory, recycle
 from services.ocr_worker.admission import MemoryBudget
 from services.ocr_worker.config import WorkerConfig
@@ -99,10 +100,10 @@ def test_no_ceiling_means_never_asking():
 
 
 def test_rss_and_trim_work_here():
-    assert memory.rss_bytes() > 10 * MIB
-    assert memory.rss_bytes(os.getpid()) > 10 * MIB
-    assert memory.rss_bytes(2**31 - 1) == 0  # no such process
-    assert memory.malloc_trim() in (True, False)
+    assert heap.rss_bytes() > 10 * MIB
+    assert heap.rss_bytes(os.getpid()) > 10 * MIB
+    assert heap.rss_bytes(2**31 - 1) == 0  # no such process
+    assert heap.malloc_trim() in (True, False)
 
 
 # ---- recycle bookkeeping (master side) ---------------------------------------------------------
