@@ -30,6 +30,8 @@ from typing import Callable, Iterable
 from services.ocr_api import headers
 from services.ocr_api.fleet_board import CLIENT_KINDS, Board
 
+from .reserve import reserve_for
+
 FIRST_PROBE_ROUND = 4
 MIN_UNHELD = 0.25  # of the fleet's slots, left to documents with pages to send
 REBUILD_S = 0.05  # the outgoing board header is rebuilt at most this often (new demand aside)
@@ -49,6 +51,7 @@ class Share:
     held: float = 0.0  # every process's held pages
     quota: float = 2.0  # slots per document with pages to send
     rate: float | None = None  # chunks/s the fleet's documents were sent at (gateway.lead)
+    reserve: int = 0  # workers kept idle for urgent pages (gateway.reserve)
 
     def target_of(self, worker_ids: Iterable[str], default: float) -> float:
         """The pages one replica URL holds: the targets of the worker processes heard behind
@@ -75,24 +78,34 @@ class FleetView:
         self._documents = 0
         self._held = 0
         self._held_seq = 0
+        self._urgent_held = 0  # of the held pages, urgent ones
         self._rate, self._rate_seq = 0.0, 0
+        self._urgent, self._urgent_seq = 0.0, 0
         self._probe_round = FIRST_PROBE_ROUND
         self._told_quiet = True  # what the last `untold` news was (a new process is quiet)
         self._outgoing: tuple | None = None  # ((demand seq, busy), built at, header)
 
     # ---- what this process says --------------------------------------------------------------
-    def set_demand(self, documents: float, held: int = 0) -> bool:
+    def set_demand(self, documents: float, held: int = 0, urgent: int = 0) -> bool:
         """How many documents this process has with pages to send (their weights' sum,
         gateway.lead), and the pages in flight of its documents with none left to send (the
-        scheduler's). True when this process has just gone quiet (nothing to send, nothing
-        out) or just woken from quiet: news no page carries soon enough (see `untold`)."""
+        scheduler's), `urgent` of them urgent pages (images). True when this process has just
+        gone quiet (no document page to send or out) or just woken from quiet: news no page
+        carries soon enough (see `untold`). Urgent pages are not: a process that serves only
+        images would go quiet and wake with every one, and tell every worker each time, for a
+        page or two of the fleet."""
         with self._lock:
-            was_busy = bool(self._documents or self._held)
+            was_busy = self._busy()
             if held != self._held:
                 self._held, self._held_seq = held, self._held_seq + 1
             if documents != self._documents:
                 self._documents, self._seq = documents, self._seq + 1
-            return was_busy != bool(documents or held)
+            self._urgent_held = urgent
+            return was_busy != self._busy()
+
+    def _busy(self) -> bool:
+        """Under the lock: document pages to send or out (see `set_demand`)."""
+        return bool(self._documents or self._held - self._urgent_held)
 
     def set_rate(self, rate: float) -> None:
         """The mean rate this process's documents with pages to send were sent at
@@ -102,10 +115,18 @@ class FleetView:
             if rate != self._rate:
                 self._rate, self._rate_seq = rate, self._rate_seq + 1
 
-    def demand(self) -> tuple[float, int]:
-        """(documents with pages to send, held pages), as last set."""
+    def set_urgent(self, load: float) -> None:
+        """The workers this process's urgent pages keep busy on average, while pages are long
+        (gateway.reserve), else 0."""
+        load = round(load, 2)  # the board's resolution
         with self._lock:
-            return self._documents, self._held
+            if load != self._urgent:
+                self._urgent, self._urgent_seq = load, self._urgent_seq + 1
+
+    def demand(self) -> tuple[float, int, int]:
+        """(documents with pages to send, held pages, urgent ones of them), as last set."""
+        with self._lock:
+            return self._documents, self._held, self._urgent_held
 
     def untold(self) -> bool:
         """This process went quiet or woke since it last told so, and other gateway processes
@@ -115,7 +136,7 @@ class FleetView:
         once (gateway.upstreams `tell`); a blink (quiet and busy again before the probes go)
         is not news."""
         with self._lock:
-            quiet = not (self._documents or self._held)
+            quiet = not self._busy()
             if quiet == self._told_quiet:
                 return False
             self._told_quiet = quiet
@@ -131,6 +152,7 @@ class FleetView:
             demand, seq, held, held_seq = (self._documents, self._seq, self._held,
                                            self._held_seq)
             rate, rate_seq = self._rate, self._rate_seq
+            urgent, urgent_seq = self._urgent, self._urgent_seq
             key = (seq, bool(demand or held))
             cached = self._outgoing
             if cached is not None and cached[0] == key and now - cached[1] < REBUILD_S:
@@ -142,6 +164,7 @@ class FleetView:
         self.board.say("h", self.id, held_seq, held)
         self.board.say("f", self.id, estimate_seq, own_slots)
         self.board.say("s", self.id, rate_seq, rate)
+        self.board.say("u", self.id, urgent_seq, urgent)
         header = {headers.BOARD: self.board.header(
             [(kind, self.id) for kind in CLIENT_KINDS])}
         with self._lock:
@@ -159,10 +182,14 @@ class FleetView:
         page finds room. The fleet's slots: the sum of the targets of the workers this
         process has heard of, or a larger estimate another gateway process has (one that has
         already met the new workers of a scale-up). With a replica list or DNS name, the
-        gateway knows the replicas itself: `replica_slots`, the sum of their targets."""
+        gateway knows the replicas itself: `replica_slots`, the sum of their targets. While
+        the fleet keeps workers idle for urgent pages (gateway.reserve), the documents share
+        the workers less those, not the slots: a worker's target beyond its one page (a page
+        queued) would fill them."""
         with self._lock:
             mine, my_held = self._documents or 1, self._held
             my_rate = self._rate if self._documents else None
+            my_urgent = self._urgent
         live = self.board.live()
         demands = {c.id: c.value for c in live["c"]}
         demands[self.id] = mine
@@ -172,12 +199,19 @@ class FleetView:
         slots = replica_slots or max(
             [sum(targets.values())] + [e.value for e in live["f"] if e.id != self.id])
         total = slots or self.default_target
+        urgent = {e.id: e.value for e in live["u"]}
+        urgent[self.id] = my_urgent
+        workers = sum(1 for target in targets.values() if target > 0)
+        reserve = reserve_for(sum(urgent.values()), workers)
+        usable = min(total, workers) if reserve and workers else total
         # held pages come off, but never more than 3/4 of the fleet: entries of a gateway that
         # died with pages in flight linger until they expire, and must not starve the rest
-        quota = max(total - sum(held.values()), MIN_UNHELD * total) / sum(demands.values())
+        quota = (max(usable - sum(held.values()) - reserve, MIN_UNHELD * total)
+                 / sum(demands.values()))
         fraction = min(1.0, (my_held + mine * quota) / total)
         return Share(fraction, slots or None, targets, len(demands), sum(demands.values()),
-                     sum(held.values()), quota, self._fleet_rate(live["s"], demands, my_rate))
+                     sum(held.values()), quota, self._fleet_rate(live["s"], demands, my_rate),
+                     reserve)
 
     def _fleet_rate(self, rates: list, demands: dict[str, float],
                     mine: float | None) -> float | None:
@@ -200,7 +234,7 @@ class FleetView:
                 "limit": share.limit(self.default_target), "documents": self._documents,
                 "rate": share.rate,
                 "held": self._held, "fleetDocuments": share.documents,
-                "fleetHeld": share.held}
+                "fleetHeld": share.held, "urgentLoad": self._urgent, "reserve": share.reserve}
 
     # ---- discovery behind a balancer -------------------------------------------------------
     def probe_round(self) -> int:

@@ -41,8 +41,9 @@ from .backoff import Backoff
 from .budget import RetryBudget
 from .dispatch import Attempt, ReplicaClient
 from .outcome import Outcome
+from .reserve import LONG_PAGE_S, UrgentLoad
 from .split import Chunk
-from .upstreams import NoReplicas, Replica, ReplicaSet
+from .upstreams import MODE_LOAD_BALANCER, NoReplicas, Replica, ReplicaSet
 
 log = logging.getLogger("gateway.scheduler")
 
@@ -302,6 +303,8 @@ class Scheduler:
         self._stop = False
         self._tidied_at = float("-inf")
         self._page_s: float | None = None  # what a page's attempt took lately (`_reweigh`)
+        self._urgent = UrgentLoad()  # workers this process's urgent pages keep busy
+        self._reserving = False  # the fleet keeps workers idle for urgent pages (gateway.reserve)
         self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
         replicas.on_change(self._wake)
 
@@ -355,25 +358,35 @@ class Scheduler:
         with chunks still to send, and the chunks in flight of those with none left (they
         hold a slot each, and no more). An urgent document holds its one slot from the
         start: waiting for a worker to start it, it must not take a whole document's quota
-        of the fleet from the others' documents. A document with pages to send counts its
-        weight (gateway.lead)."""
-        queued, held = 0.0, 0
+        of the fleet from the others' documents; none while the fleet keeps workers idle for
+        urgent pages (gateway.reserve), which it runs on. A document with pages to send counts
+        its weight (gateway.lead)."""
+        queued, held, urgent = 0.0, 0, 0
         for doc in self.fair.documents():
             if doc.urgent:
-                held += 1 if doc.has_queued() else doc.inflight
+                if not self._reserving:
+                    urgent += 1 if doc.has_queued() else doc.inflight
             elif doc.has_queued():
                 queued += doc.weight.value
             else:
                 held += doc.inflight
-        self.replicas.set_demand(queued, held)
+        self.replicas.set_demand(queued, held + urgent, urgent)
 
     def _reweigh(self, now: float) -> None:
-        """Under the lock: tell the board the rate this process's documents were sent at, and
-        weigh each by its lead on the fleet's (gateway.lead). Not before a page has come back:
-        until then no lead can show."""
-        share, page_s = self.replicas.share(), self._page_s
+        """Under the lock: tell the board the workers this process's urgent pages keep busy
+        while pages are long behind a balancer (gateway.reserve) and the rate its documents
+        were sent at, and weigh each by its lead on the fleet's (gateway.lead). Not before a
+        page has come back: until then no lead can show."""
+        page_s = self._page_s
+        reserve = (page_s is not None and page_s > LONG_PAGE_S
+                   and self.replicas.mode == MODE_LOAD_BALANCER)
+        self.replicas.fleet.set_urgent(self._urgent.load(now) if reserve else 0.0)
+        share = self.replicas.share()
         if share is None or page_s is None:
             return
+        if self._reserving != (share.reserve > 0):
+            self._reserving = share.reserve > 0
+            self._tell_demand()
         docs = [d for d in self.fair.documents() if not d.urgent and d.has_queued()]
         rates = [lead.rate(d.sent, now - d.admitted_at, page_s) for d in docs]
         self.replicas.fleet.set_rate(sum(rates) / len(rates) if rates else 0.0)
@@ -553,8 +566,8 @@ class Scheduler:
                 attempt = self.client.post(replica, doc.body(task.chunk), log_id=doc.log_id,
                                            deadline=doc.deadline, first=doc.urgent,
                                            start_within_s=_start_within(doc, task))
-                if attempt.outcome is Outcome.OK and not doc.urgent:
-                    self._timed(attempt.seconds)
+                if attempt.outcome is Outcome.OK:
+                    self._timed(doc, attempt.seconds)
             except Exception as exc:  # never lose a page to a bug in the send path
                 log.exception("sending a chunk failed")
                 attempt = Attempt(Outcome.FAILED, None, {},
@@ -570,7 +583,10 @@ class Scheduler:
             log.exception("handling a replica's answer failed", extra={"logId": doc.log_id})
             self._chunk_fault(doc, task, replica.url, exc)
 
-    def _timed(self, seconds: float) -> None:
+    def _timed(self, doc: Document, seconds: float) -> None:
+        if doc.urgent:
+            self._urgent.record(seconds, time.monotonic())
+            return
         page_s = self._page_s  # (a lost update between send threads changes nothing much)
         self._page_s = seconds if page_s is None else page_s + 0.1 * (seconds - page_s)
 

@@ -1,7 +1,7 @@
 """The fleet board: what the gateway processes and the workers of one fleet know of each
 other, passed on by gossip in one header (`X-Ocr-Board`) on every page and every answer.
 
-Five kinds of entries, each stamped by its owner with a sequence number (the newest wins,
+Six kinds of entries, each stamped by its owner with a sequence number (the newest wins,
 so no clock is shared) and carried with its age (seconds since its owner last said it):
 
 - `c`, a **client** (one gateway process): how many documents it has with pages to send
@@ -21,6 +21,10 @@ so no clock is shared) and carried with its age (seconds since its owner last sa
 - `s`, a client's **send rate**: the chunks per second its documents with pages to send were
   sent at since they came (gateway.lead), so that a document that got ahead in one gateway gives
   the lead back to those in the others.
+- `u`, a client's **urgent load**: how many workers its interactive pages keep busy on
+  average, said while pages are long enough that waiting for one to end would make them late
+  (0 otherwise). The fleet keeps that many workers idle for them, and a margin
+  (gateway.reserve).
 
 A gateway sends its own entry and everything it knows on each page; a worker merges what it
 is sent and answers with its own entry and its board. An entry thus reaches every gateway
@@ -41,7 +45,7 @@ from typing import Callable, Iterable
 from services.ocr_api.headers import BOARD as BOARD_HEADER  # noqa: F401 (re-exported)
 MAX_HEADER_CHARS = 4096  # a longer header is ignored
 MAX_SENT_CHARS = 2048  # nginx's default proxy_buffer_size (4 KiB) holds every answer's headers
-KINDS = ("c", "h", "f", "s", "w")
+KINDS = ("c", "h", "f", "s", "u", "w")
 CLIENT_KINDS = KINDS[:-1]
 _ITEM = re.compile(r"\s*([%s]):([0-9a-z]{1,16}):([0-9]{1,12}):([0-9]{1,12}):([0-9]{1,12})\s*"
                    % "".join(KINDS))  # kind:id:seq:value*100:age*10
@@ -50,7 +54,7 @@ _ITEM = re.compile(r"\s*([%s]):([0-9a-z]{1,16}):([0-9]{1,12}):([0-9]{1,12}):([0-
 @dataclass
 class Entry:
     kind: str  # "c": a client's documents, "h": its held pages, "f": its fleet estimate,
-    # "s": its send rate, "w": a worker's target
+    # "s": its send rate, "u": its urgent load, "w": a worker's target
     id: str
     seq: int
     value: float  # a client's demand (documents), a worker's target (pages)

@@ -1,0 +1,93 @@
+"""Workers kept idle for urgent pages when pages are long behind a balancer (gateway/reserve.py,
+its `u` entries on the board and the share it leaves the documents, gateway/fleet.py), and
+why an image alone does not make a gateway process tell every worker (gateway/fleet.py
+`set_demand`). Pure: no server, the clock given."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.fleet import FleetView
+from gateway.reserve import MAX_SHARE, UrgentLoad, reserve_for
+from services.ocr_api.fleet_board import Board
+
+
+class Clock:
+    def __init__(self, now: float = 1000.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_urgent_load_is_the_seconds_answered_over_the_window():
+    load = UrgentLoad(window_s=10.0)
+    assert load.load(0.0) == 0.0
+    for second in range(1, 21):  # two images a second, 0.3 s each
+        load.record(0.3, second)
+        load.record(0.3, second + 0.5)
+    assert load.load(20.5) == pytest.approx(0.6, abs=0.05)
+    assert load.load(40.0) == 0.0  # none in the window: none
+
+
+def test_a_new_load_is_measured_over_the_time_since_its_first_page_not_the_whole_window():
+    load = UrgentLoad(window_s=10.0)
+    load.record(0.5, 100.0)  # sent at 99.5
+    load.record(0.5, 100.5)
+    assert load.load(100.5) == pytest.approx(1.0)  # 1 s of work over 1 s, not over 10 s
+
+
+def test_the_reserve_is_the_load_and_two_deviations_at_most_one_worker_in_16():
+    assert reserve_for(0.0, 128) == 0
+    assert reserve_for(0.01, 128) == 1
+    assert reserve_for(2.4, 128) == 6  # 2.4 + 2 x 1.55
+    assert reserve_for(3.5, 128) == 8
+    assert reserve_for(30.0, 128) == int(128 * MAX_SHARE)
+    assert reserve_for(1.0, 8) == 0  # a small fleet keeps its throughput
+
+
+def fleet(clock: Clock, workers: int, target: float) -> Board:
+    board = Board(clock=clock)
+    for i in range(workers):
+        board.say("w", f"w{i:03d}", 1, target)
+    return board
+
+
+def test_the_documents_share_the_workers_less_the_reserve_not_the_slots():
+    """128 workers that each ask for 1.5 pages: without urgent load, the documents share the
+    192 slots; with the board's urgent load of 2.4 workers, they share 128 less 6, so 6
+    workers are left idle (a balancer gives pages to the emptiest)."""
+    clock = Clock()
+    board = fleet(clock, 128, 1.5)
+    view = FleetView(board)
+    view.id = "a"
+    view.set_demand(2)
+    board.merge("c:b:1:200:0")  # another process, two documents
+    assert view.share().slots == pytest.approx(192)
+    assert view.share().limit(2.0) == pytest.approx(96, abs=1)
+    board.merge("u:b:1:140:0")  # its images keep 1.4 workers busy
+    view.set_urgent(1.0)
+    share = view.share()
+    assert share.reserve == 6
+    assert share.quota == pytest.approx((128 - 6) / 4)
+    assert share.limit(2.0) == pytest.approx(61, abs=1)
+
+
+def test_the_urgent_load_travels_on_the_board():
+    clock = Clock()
+    view, other = FleetView(Board(clock=clock)), FleetView(Board(clock=clock))
+    view.set_urgent(0.874)
+    other.heard(view.outgoing()[next(iter(view.outgoing()))])
+    [entry] = other.board.live()["u"]
+    assert (entry.id, entry.value) == (view.id, 0.87)
+
+
+def test_images_alone_do_not_make_a_process_go_quiet_or_wake():
+    """`set_demand` answers True when the process's documents start or end (the health thread
+    then tells every worker); an image coming and going is not that news."""
+    view = FleetView(Board(clock=Clock()))
+    assert not view.set_demand(0, held=1, urgent=1)  # an image came
+    assert not view.set_demand(0, held=0, urgent=0)  # and went
+    assert not view.untold()
+    assert view.set_demand(1, held=1, urgent=1)  # a document came: news
+    assert view.set_demand(0, held=1, urgent=1)  # its pages are done; an image is still out
