@@ -78,7 +78,6 @@ class FleetView:
         self._documents = 0
         self._held = 0
         self._held_seq = 0
-        self._urgent_held = 0  # of the held pages, urgent ones
         self._rate, self._rate_seq = 0.0, 0
         self._urgent, self._urgent_seq = 0.0, 0
         self._probe_round = FIRST_PROBE_ROUND
@@ -86,26 +85,18 @@ class FleetView:
         self._outgoing: tuple | None = None  # ((demand seq, busy), built at, header)
 
     # ---- what this process says --------------------------------------------------------------
-    def set_demand(self, documents: float, held: int = 0, urgent: int = 0) -> bool:
+    def set_demand(self, documents: float, held: int = 0) -> bool:
         """How many documents this process has with pages to send (their weights' sum,
         gateway.lead), and the pages in flight of its documents with none left to send (the
-        scheduler's), `urgent` of them urgent pages (images). True when this process has just
-        gone quiet (no document page to send or out) or just woken from quiet: news no page
-        carries soon enough (see `untold`). Urgent pages are not: a process that serves only
-        images would go quiet and wake with every one, and tell every worker each time, for a
-        page or two of the fleet."""
+        scheduler's). True when this process has just gone quiet (nothing to send, nothing
+        out) or just woken from quiet: news no page carries soon enough (see `untold`)."""
         with self._lock:
-            was_busy = self._busy()
+            was_busy = bool(self._documents or self._held)
             if held != self._held:
                 self._held, self._held_seq = held, self._held_seq + 1
             if documents != self._documents:
                 self._documents, self._seq = documents, self._seq + 1
-            self._urgent_held = urgent
-            return was_busy != self._busy()
-
-    def _busy(self) -> bool:
-        """Under the lock: document pages to send or out (see `set_demand`)."""
-        return bool(self._documents or self._held - self._urgent_held)
+            return was_busy != bool(documents or held)
 
     def set_rate(self, rate: float) -> None:
         """The mean rate this process's documents with pages to send were sent at
@@ -123,10 +114,10 @@ class FleetView:
             if load != self._urgent:
                 self._urgent, self._urgent_seq = load, self._urgent_seq + 1
 
-    def demand(self) -> tuple[float, int, int]:
-        """(documents with pages to send, held pages, urgent ones of them), as last set."""
+    def demand(self) -> tuple[float, int]:
+        """(documents with pages to send, held pages), as last set."""
         with self._lock:
-            return self._documents, self._held, self._urgent_held
+            return self._documents, self._held
 
     def untold(self) -> bool:
         """This process went quiet or woke since it last told so, and other gateway processes
@@ -136,7 +127,7 @@ class FleetView:
         once (gateway.upstreams `tell`); a blink (quiet and busy again before the probes go)
         is not news."""
         with self._lock:
-            quiet = not self._busy()
+            quiet = not (self._documents or self._held)
             if quiet == self._told_quiet:
                 return False
             self._told_quiet = quiet

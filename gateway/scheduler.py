@@ -359,18 +359,19 @@ class Scheduler:
         hold a slot each, and no more). An urgent document holds its one slot from the
         start: waiting for a worker to start it, it must not take a whole document's quota
         of the fleet from the others' documents; none while the fleet keeps workers idle for
-        urgent pages (gateway.reserve), which it runs on. A document with pages to send counts
-        its weight (gateway.lead)."""
-        queued, held, urgent = 0.0, 0, 0
+        urgent pages (gateway.reserve), which it runs on (and a process serving only images
+        then stays quiet, instead of telling every worker as it wakes and goes quiet with each
+        one). A document with pages to send counts its weight (gateway.lead)."""
+        queued, held = 0.0, 0
         for doc in self.fair.documents():
             if doc.urgent:
                 if not self._reserving:
-                    urgent += 1 if doc.has_queued() else doc.inflight
+                    held += 1 if doc.has_queued() else doc.inflight
             elif doc.has_queued():
                 queued += doc.weight.value
             else:
                 held += doc.inflight
-        self.replicas.set_demand(queued, held + urgent, urgent)
+        self.replicas.set_demand(queued, held)
 
     def _reweigh(self, now: float) -> None:
         """Under the lock: tell the board the workers this process's urgent pages keep busy

@@ -175,14 +175,13 @@ class ReplicaSet:
         for listener in self._listeners:
             listener()
 
-    def set_demand(self, documents: float, held: int = 0, urgent: int = 0) -> None:
+    def set_demand(self, documents: float, held: int = 0) -> None:
         """The scheduler's documents with pages to send, and the pages in flight of those
-        with none left (`urgent` of them urgent): this process's weight in the fleet
-        (gateway.fleet)."""
+        with none left: this process's weight in the fleet (gateway.fleet)."""
         before = self.fleet.demand()
-        if (documents, held, urgent) == before:  # told on every page's events: mostly no news
+        if (documents, held) == before:  # told on every page's events: mostly no news
             return
-        if self.fleet.set_demand(documents, held, urgent):
+        if self.fleet.set_demand(documents, held):
             self._wake.set()  # the health thread tells the other gateways (`tell`)
         with self._lock:
             self._news = True

@@ -1,7 +1,6 @@
 """Workers kept idle for urgent pages when pages are long behind a balancer (gateway/reserve.py,
-its `u` entries on the board and the share it leaves the documents, gateway/fleet.py), and
-why an image alone does not make a gateway process tell every worker (gateway/fleet.py
-`set_demand`). Pure: no server, the clock given."""
+its `u` entries on the board and the share it leaves the documents, gateway/fleet.py). Pure:
+no server, the clock given."""
 
 from __future__ import annotations
 
@@ -80,14 +79,3 @@ def test_the_urgent_load_travels_on_the_board():
     other.heard(view.outgoing()[next(iter(view.outgoing()))])
     [entry] = other.board.live()["u"]
     assert (entry.id, entry.value) == (view.id, 0.87)
-
-
-def test_images_alone_do_not_make_a_process_go_quiet_or_wake():
-    """`set_demand` answers True when the process's documents start or end (the health thread
-    then tells every worker); an image coming and going is not that news."""
-    view = FleetView(Board(clock=Clock()))
-    assert not view.set_demand(0, held=1, urgent=1)  # an image came
-    assert not view.set_demand(0, held=0, urgent=0)  # and went
-    assert not view.untold()
-    assert view.set_demand(1, held=1, urgent=1)  # a document came: news
-    assert view.set_demand(0, held=1, urgent=1)  # its pages are done; an image is still out
