@@ -26,7 +26,8 @@ import math
 import threading
 from collections import deque
 
-LONG_PAGE_S = 3.0  # pages longer than this: workers are kept idle for urgent pages
+LONG_PAGE_S = 3.0  # pages longer than this (PageTime): workers are kept idle for urgent pages
+RECENT_PAGES = 32
 MAX_SHARE = 1 / 16  # of the workers, at most: a small fleet keeps its throughput
 WINDOW_S = 10.0
 
@@ -55,6 +56,25 @@ class UrgentLoad:
                 return 0.0
             span = min(self.window_s, now - self._since)
             return sum(seconds for _, seconds in self._done) / max(span, 1e-3)
+
+
+class PageTime:
+    """A page's own time: the shortest of the last RECENT_PAGES document attempts. One sent to
+    an idle worker takes just its page; one queued behind another, up to twice that, and on a
+    fleet whose workers hold a page in hand most do (their mean would call 2 s pages long)."""
+
+    def __init__(self, recent: int = RECENT_PAGES):
+        self._lock = threading.Lock()
+        self._times: deque[float] = deque(maxlen=recent)
+
+    def record(self, seconds: float) -> None:
+        with self._lock:
+            self._times.append(seconds)
+
+    def long(self) -> bool:
+        """Pages are longer than LONG_PAGE_S (False before any is timed)."""
+        with self._lock:
+            return bool(self._times) and min(self._times) > LONG_PAGE_S
 
 
 def reserve_for(load: float, workers: int) -> int:

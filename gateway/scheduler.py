@@ -41,7 +41,7 @@ from .backoff import Backoff
 from .budget import RetryBudget
 from .dispatch import Attempt, ReplicaClient
 from .outcome import Outcome
-from .reserve import LONG_PAGE_S, UrgentLoad
+from .reserve import PageTime, UrgentLoad
 from .split import Chunk
 from .upstreams import MODE_LOAD_BALANCER, NoReplicas, Replica, ReplicaSet
 
@@ -304,6 +304,7 @@ class Scheduler:
         self._tidied_at = float("-inf")
         self._page_s: float | None = None  # what a page's attempt took lately (`_reweigh`)
         self._urgent = UrgentLoad()  # workers this process's urgent pages keep busy
+        self._page_time = PageTime()  # whether pages are long (gateway.reserve)
         self._reserving = False  # the fleet keeps workers idle for urgent pages (gateway.reserve)
         self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
         replicas.on_change(self._wake)
@@ -379,8 +380,7 @@ class Scheduler:
         were sent at, and weigh each by its lead on the fleet's (gateway.lead). Not before a
         page has come back: until then no lead can show."""
         page_s = self._page_s
-        reserve = (page_s is not None and page_s > LONG_PAGE_S
-                   and self.replicas.mode == MODE_LOAD_BALANCER)
+        reserve = self.replicas.mode == MODE_LOAD_BALANCER and self._page_time.long()
         self.replicas.fleet.set_urgent(self._urgent.load(now) if reserve else 0.0)
         share = self.replicas.share()
         if share is None or page_s is None:
@@ -588,6 +588,7 @@ class Scheduler:
         if doc.urgent:
             self._urgent.record(seconds, time.monotonic())
             return
+        self._page_time.record(seconds)
         page_s = self._page_s  # (a lost update between send threads changes nothing much)
         self._page_s = seconds if page_s is None else page_s + 0.1 * (seconds - page_s)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.fleet import FleetView
-from gateway.reserve import MAX_SHARE, UrgentLoad, reserve_for
+from gateway.reserve import MAX_SHARE, PageTime, UrgentLoad, reserve_for
 from services.ocr_api.fleet_board import Board
 
 
@@ -79,3 +79,16 @@ def test_the_urgent_load_travels_on_the_board():
     other.heard(view.outgoing()[next(iter(view.outgoing()))])
     [entry] = other.board.live()["u"]
     assert (entry.id, entry.value) == (view.id, 0.87)
+
+
+def test_a_pages_own_time_is_the_shortest_recent_attempt():
+    """On a fleet whose workers hold a page in hand, most 2 s pages wait behind another:
+    their attempts take 2-4 s, and pages are not long."""
+    pages = PageTime(recent=8)
+    assert not pages.long()
+    for seconds in (3.5, 3.8, 2.0, 3.9, 3.2, 3.6):
+        pages.record(seconds)
+    assert not pages.long()
+    for seconds in (4.0, 4.1, 5.0, 7.9, 4.2, 6.0, 4.0, 4.3):  # the 2 s attempt is out
+        pages.record(seconds)
+    assert pages.long()
