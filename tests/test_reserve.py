@@ -11,12 +11,8 @@ from gateway.reserve import MAX_SHARE, PageTime, UrgentLoad, reserve_for
 from services.ocr_api.fleet_board import Board
 
 
-class Clock:
-    def __init__(self, now: float = 1000.0):
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
+def clock() -> float:
+    return 1000.0  # the board's entries are all fresh
 
 
 def test_the_urgent_load_is_the_seconds_answered_over_the_window():
@@ -45,7 +41,7 @@ def test_the_reserve_is_the_load_and_two_deviations_at_most_one_worker_in_16():
     assert reserve_for(1.0, 8) == 0  # a small fleet keeps its throughput
 
 
-def fleet(clock: Clock, workers: int, target: float) -> Board:
+def fleet(workers: int, target: float) -> Board:
     board = Board(clock=clock)
     for i in range(workers):
         board.say("w", f"w{i:03d}", 1, target)
@@ -56,8 +52,7 @@ def test_the_documents_share_the_workers_less_the_reserve_not_the_slots():
     """128 workers that each ask for 1.5 pages: without urgent load, the documents share the
     192 slots; with the board's urgent load of 2.4 workers, they share 128 less 6, so 6
     workers are left idle (a balancer gives pages to the emptiest)."""
-    clock = Clock()
-    board = fleet(clock, 128, 1.5)
+    board = fleet(128, 1.5)
     view = FleetView(board)
     view.id = "a"
     view.set_demand(2)
@@ -73,7 +68,6 @@ def test_the_documents_share_the_workers_less_the_reserve_not_the_slots():
 
 
 def test_the_urgent_load_travels_on_the_board():
-    clock = Clock()
     view, other = FleetView(Board(clock=clock)), FleetView(Board(clock=clock))
     view.set_urgent(0.874)
     other.heard(view.outgoing()[next(iter(view.outgoing()))])
