@@ -16,7 +16,7 @@ import logging
 import time
 from typing import Callable
 
-from services.ocr_api.heap import malloc_trim, rss_bytes  # noqa: F401 (re-exported)
+from services.ocr_api.heap import malloc_trim, rss_bytes
 
 log = logging.getLogger("ocr_worker.memory")
 
