@@ -200,8 +200,10 @@ def test_the_gateway_imports_and_serves_without_the_engine_stack():
 def test_an_image_asking_to_start_soon_goes_on_a_connection_of_its_own():
     """Behind a k8s Service (kube-proxy balances connections, not requests) a try on the
     pooled connection would meet the refusing pod again: behind one URL, each try that asks
-    to start soon opens its own connection; pages keep reusing the pool's. The refusal is
-    Outcome.LATER."""
+    to start soon says `Connection: close`, so the connection it went on is not used again
+    and the next try opens its own; pages keep reusing the pool's. The refusal is
+    Outcome.LATER. The stand-in worker answers `Connection: close` to it, as gunicorn and
+    nginx do (without it the client may take the closing connection back into its pool)."""
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -222,6 +224,8 @@ def test_an_image_asking_to_start_soon_goes_on_a_connection_of_its_own():
             self.send_response(503 if late else 200)
             if late:
                 self.send_header("X-Ocr-Starts-In-Ms", "1500")
+            if self.headers.get("Connection", "").lower() == "close":
+                self.send_header("Connection", "close")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
