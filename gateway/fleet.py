@@ -80,6 +80,7 @@ class FleetView:
         self._held_seq = 0
         self._rate, self._rate_seq = 0.0, 0
         self._urgent, self._urgent_seq = 0.0, 0
+        self._page_time_unknown = False
         self._probe_round = FIRST_PROBE_ROUND
         self._told_quiet = True  # what the last `untold` news was (a new process is quiet)
         self._outgoing: tuple | None = None  # ((demand seq, busy), built at, header)
@@ -106,11 +107,13 @@ class FleetView:
             if rate != self._rate:
                 self._rate, self._rate_seq = rate, self._rate_seq + 1
 
-    def set_urgent(self, load: float) -> None:
+    def set_urgent(self, load: float, page_time_unknown: bool = False) -> None:
         """The workers this process's urgent pages keep busy on average, while pages are long
-        (gateway.reserve), else 0."""
+        (gateway.reserve), else 0; and whether it has timed no page yet behind a balancer
+        (its documents then leave the most workers idle, gateway.reserve)."""
         load = round(load, 2)  # the board's resolution
         with self._lock:
+            self._page_time_unknown = page_time_unknown
             if load != self._urgent:
                 self._urgent, self._urgent_seq = load, self._urgent_seq + 1
 
@@ -180,7 +183,7 @@ class FleetView:
         with self._lock:
             mine, my_held = self._documents or 1, self._held
             my_rate = self._rate if self._documents else None
-            my_urgent = self._urgent
+            my_urgent, page_time_unknown = self._urgent, self._page_time_unknown
         live = self.board.live()
         demands = {c.id: c.value for c in live["c"]}
         demands[self.id] = mine
@@ -193,7 +196,7 @@ class FleetView:
         urgent = {e.id: e.value for e in live["u"]}
         urgent[self.id] = my_urgent
         workers = sum(1 for target in targets.values() if target > 0)
-        reserve = reserve_for(sum(urgent.values()), workers)
+        reserve = reserve_for(sum(urgent.values()), workers, page_time_unknown)
         usable = min(total, workers) if reserve and workers else total
         # held pages come off, but never more than 3/4 of the fleet: entries of a gateway that
         # died with pages in flight linger until they expire, and must not starve the rest

@@ -9,7 +9,9 @@ image. So the fleet keeps workers idle for them. Each gateway process measures h
 its urgent pages keep busy on average (UrgentLoad: their attempts' seconds over the last
 WINDOW_S, Little's law) and says it on the board (`u`, while its pages are long); every process
 keeps `reserve_for(the fleet's sum)` workers out of its documents' share (gateway.fleet): the
-load and two standard deviations of it (arrivals at random), at most one worker in 16. The
+load and two standard deviations of it (arrivals at random), at most one worker in 16. Until
+it has timed a page, a process with documents keeps the most (and says its urgent load):
+documents sent at once would otherwise fill every worker for the first page time. The
 documents lose what the images leave of it unused, and the pages a worker holds beyond the one
 under way (its target's headroom, which hides the gap before its next page). At 128 sim
 replicas of 4 s pages behind nginx with 2 gateways, two runs each way, one after the other
@@ -72,16 +74,25 @@ class PageTime:
         with self._lock:
             self._times.append(seconds)
 
+    def known(self) -> bool:
+        """Some page has been timed."""
+        with self._lock:
+            return bool(self._times)
+
     def long(self) -> bool:
         """Pages are longer than LONG_PAGE_S (False before any is timed)."""
         with self._lock:
             return bool(self._times) and min(self._times) > LONG_PAGE_S
 
 
-def reserve_for(load: float, workers: int) -> int:
+def reserve_for(load: float, workers: int, page_time_unknown: bool = False) -> int:
     """Workers to keep idle for an urgent load (its mean, in workers): the mean and two of
     its standard deviations (Poisson), in whole workers, and at most MAX_SHARE of the
-    `workers`; none for none."""
+    `workers`; none for none. While no page has been timed yet (`page_time_unknown`), the most:
+    documents sent at once would otherwise fill every worker for a whole page time."""
+    most = int(workers * MAX_SHARE)
+    if page_time_unknown:
+        return most
     if load <= 0:
         return 0
-    return min(math.ceil(load + 2 * math.sqrt(load)), int(workers * MAX_SHARE))
+    return min(math.ceil(load + 2 * math.sqrt(load)), most)

@@ -330,6 +330,8 @@ class Scheduler:
         self.start()
         with self._cond:
             self.fair.add(doc)
+            if not doc.urgent:  # the first pages go out before the next tidy
+                self._say_urgent(time.monotonic(), True)
             self._tell_demand()
             self._cond.notify_all()
         return doc
@@ -376,19 +378,18 @@ class Scheduler:
 
     def _reweigh(self, now: float) -> None:
         """Under the lock: tell the board the workers this process's urgent pages keep busy
-        while pages are long behind a balancer (gateway.reserve) and the rate its documents
-        were sent at, and weigh each by its lead on the fleet's (gateway.lead). Not before a
-        page has come back: until then no lead can show."""
+        (`_say_urgent`) and the rate its documents were sent at, and weigh each by its lead
+        on the fleet's (gateway.lead). Not before a page has come back: until then no lead
+        can show."""
         page_s = self._page_s
-        reserve = self.replicas.mode == MODE_LOAD_BALANCER and self._page_time.long()
-        self.replicas.fleet.set_urgent(self._urgent.load(now) if reserve else 0.0)
+        docs = [d for d in self.fair.documents() if not d.urgent and d.has_queued()]
+        self._say_urgent(now, bool(docs))
         share = self.replicas.share()
-        if share is None or page_s is None:
-            return
-        if self._reserving != (share.reserve > 0):
+        if share is not None and self._reserving != (share.reserve > 0):
             self._reserving = share.reserve > 0
             self._tell_demand()
-        docs = [d for d in self.fair.documents() if not d.urgent and d.has_queued()]
+        if share is None or page_s is None:
+            return
         rates = [lead.rate(d.sent, now - d.admitted_at, page_s) for d in docs]
         self.replicas.fleet.set_rate(sum(rates) / len(rates) if rates else 0.0)
         if share.rate is None:
@@ -399,6 +400,16 @@ class Scheduler:
             doc.weight.follow(ahead, share.quota, now)
         if weights != [doc.weight.value for doc in docs]:
             self._tell_demand()
+
+    def _say_urgent(self, now: float, documents: bool) -> None:
+        """Under the lock: the workers this process's urgent pages keep busy, said while pages
+        are long (or may be: none timed yet) behind a balancer, and whether it has
+        `documents` with pages to send and no page timed yet (gateway.reserve)."""
+        balanced = self.replicas.mode == MODE_LOAD_BALANCER
+        unknown = not self._page_time.known()
+        self.replicas.fleet.set_urgent(
+            self._urgent.load(now) if balanced and (unknown or self._page_time.long()) else 0.0,
+            page_time_unknown=balanced and documents and unknown)
 
     def snapshot(self) -> dict[str, int]:
         with self._cond:

@@ -555,3 +555,44 @@ def test_a_scheduler_that_dies_says_so(run_scheduler):
     assert not scheduler.alive and "SystemExit" in scheduler.failure
     scheduler._thread.join(10)  # its exception is reported while this test (and its filter)
     # still runs, not during whichever test comes next
+
+
+def test_behind_a_balancer_documents_leave_workers_idle_until_a_page_is_timed():
+    """32 workers behind one balancer, a long document and no page timed yet: its pages
+    leave one worker in 16 idle (gateway.reserve), so an image that comes during the first
+    page time finds one; once a page is timed (a short one here), the reserve goes."""
+    gate, sent = threading.Event(), []
+
+    class Client:
+        def post(self, replica, body, *, log_id, deadline, first=False, start_within_s=None):
+            page = int(body.decode())
+            sent.append(page)
+            assert gate.wait(10)
+            payload = {"result": {"ocrResults": [{"prunedResult": {"rec_texts": [str(page)]}}],
+                                  "dataInfo": {"type": "pdf", "numPages": 1,
+                                               "pages": [{"width": 1, "height": 1}]}}}
+            return Attempt(Outcome.OK, 200, payload, "ok", seconds=0.5)
+
+    board = Board()
+    for i in range(32):
+        board.say("w", f"w{i:02d}", 1, 1.0)
+    replicas = ReplicaSet(mode=MODE_LOAD_BALANCER, urls=["http://lb"],
+                          probe=lambda url, headers: (True, {}),
+                          fleet=FleetView(board, default_target=1.0))
+    executor = ThreadPoolExecutor(40)
+    scheduler = Scheduler(replicas, Client(), executor, SchedulerSettings(), RetryBudget())
+    scheduler.start()
+    try:
+        doc = scheduler.submit(Document([(i,) for i in range(40)], PageCutter(), log_id="t",
+                                        deadline=time.monotonic() + 30, kind="pdf"))
+        assert wait_until(lambda: len(sent) == 30)
+        assert replicas.fleet.share().reserve == 2  # of 32
+        assert replicas.fleet.status()["limit"] == 30 and not replicas.has_room()
+        assert scheduler.snapshot()["inflightChunks"] == 30
+        gate.set()
+        assert texts(doc) == [str(i) for i in range(40)]
+        assert wait_until(lambda: replicas.fleet.share().reserve == 0)  # 0.5 s: not long
+    finally:
+        gate.set()
+        scheduler.stop()
+        executor.shutdown(wait=True)

@@ -41,6 +41,14 @@ def test_the_reserve_is_the_load_and_two_deviations_at_most_one_worker_in_16():
     assert reserve_for(1.0, 8) == 0  # a small fleet keeps its throughput
 
 
+def test_before_any_page_is_timed_the_most_is_kept():
+    """Documents sent at once would fill every worker for a whole page time, and images sent
+    meanwhile would wait for it: until a page is timed, one worker in 16 stays idle."""
+    assert reserve_for(0.0, 128, page_time_unknown=True) == 8
+    assert reserve_for(0.0, 16, page_time_unknown=True) == 1
+    assert reserve_for(0.0, 8, page_time_unknown=True) == 0
+
+
 def fleet(workers: int, target: float) -> Board:
     board = Board(clock=clock)
     for i in range(workers):
@@ -65,6 +73,8 @@ def test_the_documents_share_the_workers_less_the_reserve_not_the_slots():
     assert share.reserve == 6
     assert share.quota == pytest.approx((128 - 6) / 4)
     assert share.limit(2.0) == pytest.approx(61, abs=1)
+    view.set_urgent(0.0, page_time_unknown=True)  # as if it had timed no page yet
+    assert view.share().reserve == 8
 
 
 def test_the_urgent_load_travels_on_the_board():
@@ -79,10 +89,10 @@ def test_a_pages_own_time_is_the_shortest_recent_attempt():
     """On a fleet whose workers hold a page in hand, most 2 s pages wait behind another:
     their attempts take 2-4 s, and pages are not long."""
     pages = PageTime(recent=8)
-    assert not pages.long()
+    assert not pages.long() and not pages.known()
     for seconds in (3.5, 3.8, 2.0, 3.9, 3.2, 3.6):
         pages.record(seconds)
-    assert not pages.long()
+    assert not pages.long() and pages.known()
     for seconds in (4.0, 4.1, 5.0, 7.9, 4.2, 6.0, 4.0, 4.3):  # the 2 s attempt is out
         pages.record(seconds)
     assert pages.long()
