@@ -330,8 +330,8 @@ class Scheduler:
         self.start()
         with self._cond:
             self.fair.add(doc)
-            if not doc.urgent:  # the first pages go out before the next tidy
-                self._say_urgent(time.monotonic(), True)
+            if not doc.urgent:  # its first page goes out after a tidy (`_reweigh`), not
+                self._tidied_at = float("-inf")  # within TIDY_S of the last one
             self._tell_demand()
             self._cond.notify_all()
         return doc
