@@ -13,9 +13,8 @@ from dataclasses import astuple, dataclass
 
 from rapidfuzz.distance import Levenshtein
 
-_TRANSLATE = str.maketrans({"\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'",
-                            "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u00b4": "'",
-                            "\u2013": "-", "\u2014": "-", "\u2212": "-", "\u00ad": ""})
+_TRANSLATE = str.maketrans("\u2018\u2019\u201a\u201b\u201c\u201d\u201e\u00b4\u2013\u2014\u2212",
+                           "''''\"\"\"'---", "\u00ad")
 _SPACE_BEFORE_PUNCT = re.compile(r"[ \t]+([,.;:?!])")
 _SPACES = re.compile(r"[ \t\u00a0\u3000]+")
 _WORD = re.compile(r"[\w]+(?:[.,'\-][\w]+)*", re.UNICODE)
@@ -33,11 +32,9 @@ def normalize_lines(lines: list[str]) -> str:
 
 def words(text: str) -> list[str]:
     """Latin words and numbers as written; each CJK character on its own (Chinese has no
-    spaces, and the model may or may not put one between characters)."""
-    tokens: list[str] = []
-    for token in _WORD.findall(text):
-        tokens += list(token) if _CJK.search(token) else [token]  # \w+ holds no spaces
-    return tokens
+    spaces, and the model may or may not put one between characters). \\w+ holds no spaces."""
+    return [part for token in _WORD.findall(text)
+            for part in (token if _CJK.search(token) else [token])]
 
 
 @dataclass

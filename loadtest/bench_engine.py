@@ -1,8 +1,7 @@
-"""Real-engine benchmarks (the workers' default engine), dense A4 pages at 150 DPI sent as PNG
-straight to the workers: engine scaling (1 vs 2 workers x 1 thread, goal >= 1.8x on 2 cores)
-and serving overhead (one worker's HTTP rate vs the same engine in-process, goal >= 0.97), in
-interleaved rounds, a disturbed run measured again (loadtest/README.md, "Real engine").
-Writes engine.json. `--inprocess PAGES [ENGINE]` runs the in-process side, printing its JSON."""
+"""Real engine, dense A4 pages (150 DPI PNG) sent straight to the workers: scaling (2 vs 1
+workers x 1 thread, goal >= 1.8x) and serving overhead (one worker over HTTP vs the same engine
+in-process, goal >= 0.97), in interleaved rounds, a disturbed run measured again
+(loadtest/README.md, "Real engine"). `--inprocess PAGES [ENGINE]`: the in-process side."""
 
 import base64
 import json
@@ -12,51 +11,51 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from typing import Any, Callable
+
+import cv2
+import numpy as np
 
 from loadtest import figures, local_fleet, report
 from loadtest.loadgen import run_closed_loop
 from loadtest.payloads import dense_page_payloads
 from loadtest.procstats import ForeignLoad
 from scripts.fleet import REPO_ROOT
+from services.ocr_worker.config import WorkerConfig
+from services.ocr_worker.engine import create_engine
 
 FILE = "engine.json"
 QUIET_CORES = 0.15  # other processes' load above which a run is measured again
 
 
-def http_rate(workers: list, pages_per_worker: int, payloads: list | None = None) -> dict:
-    """Pages/s of these worker processes, each sent pages (default: dense pages) directly."""
+def http_rate(workers: list, pages_per_worker: int, payloads: list | None = None,
+              in_flight: int = 2) -> dict:
+    """Pages/s of these worker processes, each sent pages (default: dense pages) directly,
+    `in_flight` at a time after one untimed; median latency, other processes' load."""
     urls, payloads = [local_fleet.url_of(w) for w in workers], payloads or dense_page_payloads(2)
     warm = run_closed_loop(urls, payloads, len(urls), total_requests=len(urls), timeout=300)
-    with ForeignLoad(workers) as foreign:  # 2 in flight per worker
-        load = run_closed_loop(urls, payloads, 2 * len(urls),
+    with ForeignLoad(workers) as foreign:
+        load = run_closed_loop(urls, payloads, in_flight * len(urls),
                                total_requests=pages_per_worker * len(urls), timeout=300)
-    finished = defaultdict(list)  # a rate per worker, first to last answer: no pipeline filling
-    for completion in load.completions:
-        if completion.ok:
-            finished[completion.replica].append(completion.finished)
-    return {"workers": len(urls), "pages": load.ok_count,
+    done, finished = [c for c in load.completions if c.ok], defaultdict(list)
+    for completion in done:  # a rate per worker, first to last answer: no pipeline filling
+        finished[completion.replica].append(completion.finished)
+    return {"workers": len(urls), "pages": len(done),
             "pages_per_s": sum(figures.rate_from_completions(t) for t in finished.values()),
+            "latency_p50_s": statistics.median(c.finished - c.started for c in done),
             "failures": load.failure_count + warm.failure_count,
             "failure_kinds": dict(load.failures.most_common(3)),
             "other_load_cores": round(foreign.cores, 2)}
 
 
-def engine_alone(pages: int, engine_name: str = "paddleocr") -> dict[str, Any]:
-    """The worker's own engine (same configuration, 1 thread) called directly, one page at a
-    time, on the bytes the HTTP side sends decoded as the worker decodes them; untimed warm-up."""
-    import cv2
-    import numpy as np
-
-    from services.ocr_worker.config import WorkerConfig
-    from services.ocr_worker.engine import create_engine
-
+def engine_alone(pages: int, engine_name: str = "paddleocr") -> dict:
+    """The worker's engine (its configuration, 1 thread) called directly, a page at a time, on
+    the HTTP side's bytes decoded as the worker decodes them; an untimed warm-up first."""
     images = [cv2.imdecode(np.frombuffer(base64.b64decode(json.loads(p.body)["file"]), np.uint8),
                            cv2.IMREAD_COLOR) for p in dense_page_payloads(2)]
     engine = create_engine(WorkerConfig.from_env({**os.environ, "OCR_ENGINE": engine_name,
                                                   "OCR_THREADS": "1"}))
     engine.load()
-    engine.predict([images[0]], {})[0].result_json()
+    engine.predict([images[0]], {})[0].result_json()  # warm-up
     started = time.perf_counter()
     for index in range(pages):
         engine.predict([images[index % len(images)]], {})[0].result_json()
@@ -65,7 +64,7 @@ def engine_alone(pages: int, engine_name: str = "paddleocr") -> dict[str, Any]:
             "engine": engine.info}
 
 
-def inprocess(pages: int, engines: int = 1) -> dict[str, Any]:
+def inprocess(pages: int, engines: int = 1) -> dict:
     """`engines` engine_alone() runs at once, each in a fresh process (its thread settings apply
     before any numeric library loads), summed; two show this machine's own 2-engine ceiling."""
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OMP_NUM_THREADS": "1",
@@ -84,21 +83,17 @@ def inprocess(pages: int, engines: int = 1) -> dict[str, Any]:
             "other_load_cores": round(foreign.cores, 2)}
 
 
-def least_disturbed(measure: Callable[[], dict], tries: int, label: str = "") -> dict:
+def least_disturbed(measure, tries: int) -> dict:
     """Measure; while other processes loaded the machine (shared, 2 cores) and tries are left,
     measure again; keep the run they disturbed least (never chosen by its figure)."""
     runs = [measure()]
     while runs[-1].get("other_load_cores", 0.0) > QUIET_CORES and len(runs) < tries:
-        report.say(f"  (other processes used {runs[-1]['other_load_cores']:.2f} cores: "
-                   "measuring again)")
+        report.say(f"  (other processes used {runs[-1]['other_load_cores']:.2f} cores: again)")
         runs.append(measure())
-    best = {**min(runs, key=lambda run: run.get("other_load_cores", 0.0)), "tries": len(runs)}
-    if label:
-        report.say(f"  {label}: {best['pages_per_s']:.3f} pages/s")
-    return best
+    return {**min(runs, key=lambda run: run.get("other_load_cores", 0.0)), "tries": len(runs)}
 
 
-def measure() -> dict[str, Any]:
+def measure() -> dict:
     """Interleaved rounds (in-process engine, 1 worker, 2 workers), the in-process engine once
     more, then two in-process engines at once, for reference."""
     pages, tries = report.knob("BENCH_DENSE_PAGES", 8, 4), report.knob("BENCH_QUIET_TRIES", 2, 1)
@@ -107,55 +102,43 @@ def measure() -> dict[str, Any]:
                              name="real") as pool:
         engines = report.engine_info([local_fleet.url_of(w) for w in pool])
         for number in range(1, report.knob("BENCH_ENGINE_ROUNDS", 2, 1) + 1):
-            inproc.append(least_disturbed(lambda: inprocess(pages), tries,
-                                          f"round {number}: in-process engine"))
-            one = least_disturbed(lambda: http_rate(pool[:1], pages), tries,
-                                  f"round {number}: 1 worker over HTTP")
-            two = least_disturbed(lambda: http_rate(pool, pages), tries,
-                                  f"round {number}: 2 workers over HTTP")
+            inproc.append(least_disturbed(lambda: inprocess(pages), tries))
+            one, two = [least_disturbed(lambda: http_rate(pool[:n], pages), tries) for n in (1, 2)]
             done.append({"one": one, "two": two, "ratio": two["pages_per_s"] / one["pages_per_s"]})
-        inproc.append(least_disturbed(lambda: inprocess(pages), tries, "in-process engine"))
-    pair = least_disturbed(lambda: inprocess(pages, 2), tries, "two in-process engines at once")
-    one_pps = statistics.mean(r["one"]["pages_per_s"] for r in done)
-    two_pps = statistics.mean(r["two"]["pages_per_s"] for r in done)
+            report.say(f"  round {number}: in-process {inproc[-1]['pages_per_s']:.3f}, 1 worker "
+                       f"{one['pages_per_s']:.3f}, 2 workers {two['pages_per_s']:.3f} pages/s")
+        inproc.append(least_disturbed(lambda: inprocess(pages), tries))
+    pair = least_disturbed(lambda: inprocess(pages, 2), tries)  # two in-process engines at once
+    http = {key: {"pages_per_s": statistics.mean(r[side]["pages_per_s"] for r in done),
+                  "failures": sum(r[side]["failures"] for r in done)}
+            for key, side in (("http_1_worker", "one"), ("http_2_workers", "two"))}
     inproc_pps = statistics.mean(r["pages_per_s"] for r in inproc)
-    return {
-        "engine": report.engine_label(engines),
-        "document": "dense A4 page, 150 DPI, PNG, visualize false",
-        "threads_per_worker": 1, "pages_per_worker": pages, "rounds": done,
-        "inprocess": {"pages_per_s": inproc_pps, "runs": inproc}, "inprocess_pair": pair,
-        "http_1_worker": {"pages_per_s": one_pps,
-                          "failures": sum(r["one"]["failures"] for r in done)},
-        "http_2_workers": {"pages_per_s": two_pps,
-                           "failures": sum(r["two"]["failures"] for r in done)},
-        "scaling_2_vs_1": statistics.mean([r["ratio"] for r in done]),
-        "scaling_goal": figures.ENGINE_SCALING_GOAL,
-        "machine_scaling_2_vs_1": pair["pages_per_s"] / inproc_pps,
-        "serving_ratio": one_pps / inproc_pps, "serving_goal": figures.SERVING_OVERHEAD_GOAL,
-        **report.stamp(engines),
-    }
+    return {"engine": report.engine_label(engines),
+            "document": "dense A4 page, 150 DPI, PNG, visualize false",
+            "threads_per_worker": 1, "pages_per_worker": pages, "rounds": done,
+            "inprocess": {"pages_per_s": inproc_pps, "runs": inproc}, "inprocess_pair": pair,
+            **http, "scaling_2_vs_1": statistics.mean([r["ratio"] for r in done]),
+            "scaling_goal": figures.ENGINE_SCALING_GOAL,
+            "machine_scaling_2_vs_1": pair["pages_per_s"] / inproc_pps,
+            "serving_ratio": http["http_1_worker"]["pages_per_s"] / inproc_pps,
+            "serving_goal": figures.SERVING_OVERHEAD_GOAL,
+            "failures": sum(side["failures"] for side in http.values()), **report.stamp(engines)}
 
 
-def rows(result: dict[str, Any]) -> list[list[Any]]:
-    scaling, serving = result["scaling_2_vs_1"], result["serving_ratio"]
+def rows(result: dict) -> list[list]:
     one, two, inproc = result["http_1_worker"], result["http_2_workers"], result["inprocess"]
+    scaling, serving = result["scaling_2_vs_1"], result["serving_ratio"]
     runs = [r[k] for r in result["rounds"] for k in ("one", "two")]
     per_round = ", ".join(f"{r['ratio']:.2f}x" for r in result["rounds"])
-    return [
-        ["real engine: 2 workers vs 1 (x1 thread), dense A4",
-         f"{two['pages_per_s']:.3f} vs {one['pages_per_s']:.3f} pages/s = {scaling:.2f}x "
-         f"(rounds {per_round}; 2 engines in-process {result['machine_scaling_2_vs_1']:.2f}x)"
-         + report.noise(*runs),
-         f">= {result['scaling_goal']}x", figures.verdict(scaling >= result["scaling_goal"])],
-        ["serving overhead: HTTP / in-process, 1 thread",
-         f"{one['pages_per_s']:.3f} / {inproc['pages_per_s']:.3f} pages/s = {serving:.3f}"
-         + report.noise(*runs, *inproc["runs"]),
-         f">= {result['serving_goal']}", figures.verdict(serving >= result["serving_goal"])],
-    ]
-
-
-def wrong_answers(result: dict[str, Any]) -> int:
-    return result["http_1_worker"]["failures"] + result["http_2_workers"]["failures"]
+    return [["real engine: 2 workers vs 1 (x1 thread), dense A4",
+             f"{two['pages_per_s']:.3f} vs {one['pages_per_s']:.3f} pages/s = {scaling:.2f}x "
+             f"(rounds {per_round}; 2 engines in-process {result['machine_scaling_2_vs_1']:.2f}x)"
+             + report.noise(*runs),
+             f">= {result['scaling_goal']}x", figures.verdict(scaling >= result["scaling_goal"])],
+            ["serving overhead: HTTP / in-process, 1 thread",
+             f"{one['pages_per_s']:.3f} / {inproc['pages_per_s']:.3f} pages/s = {serving:.3f}"
+             + report.noise(*runs, *inproc["runs"]),
+             f">= {result['serving_goal']}", figures.verdict(serving >= result["serving_goal"])]]
 
 
 if __name__ == "__main__":

@@ -2,9 +2,8 @@
 Per shape (mode, N sim replicas, G gateways; BENCH_FLEET_CAPACITY pages/s in all) long PDFs sent
 at once plus an image every 0.25 s per gateway (the sim charges a page by its pixels); then
 growth 16 -> 64 -> 32 replicas mid-run and the routing cost of one gateway core
-(docs/capacity.md, section 8). Writes fleet.json and fleet.png; knobs in loadtest/README.md."""
-
-from __future__ import annotations
+(docs/capacity.md, section 8). Writes fleet.json and fleet.png; knobs in loadtest/README.md.
+Its run_shapes() serves bench_overload too."""
 
 import base64
 import io
@@ -14,7 +13,6 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,35 +31,20 @@ SIM_ENV = {"OCR_SIM_PAGE_PIXELS": str(PAGE_PIXELS)}
 WINDOW_S = 4.0  # growth: pages/s over 4 s (two page times at 64 replicas: pages come in waves)
 
 
-def parse_shapes(text: str) -> list[tuple[str, int, int]]:
-    return [(mode, int(n), int(g)) for mode, n, g in
+def parse_shapes(text: str) -> list[tuple]:
+    """"nginx:16:2,list:64:2" as [("nginx", 16, 2), ("list", 64, 2)]."""
+    return [(mode, *map(int, numbers)) for mode, *numbers in
             (part.split(":") for part in text.split(",") if part)]
 
 
-@dataclass
-class FleetSettings:
-    shapes: list[tuple[str, int, int]] = field(default_factory=lambda: parse_shapes(
-        "nginx:16:2,nginx:64:1,nginx:64:2,nginx:64:4,nginx:128:2,list:16:2,list:64:2,"
-        "list:128:4,dns:64:2"))
-    capacity: float = 32.0
-    docs: int = 8
-    pages: int = 120
-    image_every_s: float = 0.25
-    growth: bool = True
-    route: bool = True
-
-    @classmethod
-    def from_env(cls) -> "FleetSettings":
-        return report.from_env(cls, {
-            "shapes": ("BENCH_FLEET_SHAPES", parse_shapes),
-            "capacity": ("BENCH_FLEET_CAPACITY", float), "docs": ("BENCH_FLEET_DOCS", int),
-            "pages": ("BENCH_FLEET_PAGES", int), "route": ("BENCH_FLEET_ROUTE", "0".__ne__),
-            "growth": ("BENCH_FLEET_GROWTH", lambda v: v != "0" and not report.quick())},
-            shapes=parse_shapes("nginx:16:1,nginx:32:2,list:32:2"), docs=4, pages=40,
-            growth=False)
-
-    def page_ms(self, replicas: int) -> float:
-        return replicas * 1000.0 / self.capacity
+FleetSettings = report.settings("FleetSettings", {
+    "shapes": (parse_shapes("nginx:16:2,nginx:64:1,nginx:64:2,nginx:64:4,nginx:128:2,list:16:2,"
+                            "list:64:2,list:128:4,dns:64:2"), "BENCH_FLEET_SHAPES", parse_shapes),
+    "capacity": (32.0, "BENCH_FLEET_CAPACITY"), "docs": (8, "BENCH_FLEET_DOCS"),
+    "pages": (120, "BENCH_FLEET_PAGES"), "image_every_s": (0.25, None),
+    "growth": (True, "BENCH_FLEET_GROWTH", lambda v: v != "0" and not report.quick()),
+    "route": (True, "BENCH_FLEET_ROUTE", "0".__ne__)},
+    shapes=parse_shapes("nginx:16:1,nginx:32:2,list:32:2"), docs=4, pages=40, growth=False)
 
 
 class PageCounter(list):
@@ -94,53 +77,58 @@ class PageCounter(list):
         return out
 
 
-def image_share() -> float:
-    """The largest image's share of a page's time (the sim charges pixels)."""
+def image_share(fleet: local_fleet.Fleet) -> float:
+    """The largest image's share of a page's time: 1 unless the sim charges pixels."""
     from PIL import Image
 
     sizes = [Image.open(io.BytesIO(base64.b64decode(json.loads(p.body)["file"]))).size
              for p in small_image_payloads(8)]
-    return min(1.0, max(w * h for w, h in sizes) / PAGE_PIXELS)
+    share = max(w * h for w, h in sizes) / PAGE_PIXELS
+    return min(1.0, share) if "OCR_SIM_PAGE_PIXELS" in fleet.env else 1.0
 
 
-def run_shape(fleet: local_fleet.Fleet, mode: str, replicas: int, count: int,
-              settings: FleetSettings) -> dict[str, Any]:
-    pdf, counter = labelled_pdf_payload(settings.pages, seed=replicas), PageCounter()
-    with fleet.gateways(mode, count, **NO_JOBS) as gateways:
+def whole(docs: list) -> tuple[int, list]:
+    """How many of these answers (status, seconds, problem, ...) were right; the first wrong."""
+    wrong = [d[2] or d[0] for d in docs if d[0] != 200 or d[2]]
+    return len(docs) - len(wrong), wrong[:4]
+
+
+def run_shape(fleet: local_fleet.Fleet, mode: str, count: int, settings, page_ms: float,
+              capacity: float, **env: str) -> dict[str, Any]:
+    """settings.docs PDFs of settings.pages pages sent at once through `count` gateways, each
+    also sent an image every settings.image_every_s (bench_overload's mix, too)."""
+    replicas, counter, share = len(fleet.workers), PageCounter(), image_share(fleet)
+    pdf = labelled_pdf_payload(settings.pages, seed=replicas)
+    with fleet.gateways(mode, count, **env) as gateways:
         sampler = ForeignLoad(gateways)
-        docs, image_results, makespan, started = documents_with_images(
+        docs, images, makespan, started = documents_with_images(
             [local_fleet.url_of(g) + "/ocr" for g in gateways], pdf, settings.docs,
             settings.image_every_s, watch=counter.watch, meter=sampler)
-    ok_docs = [d for d in docs if d[0] == 200 and not d[2]]
-    latencies = [latency for latency, ok, _ in image_results if ok]
-    share = image_share()
-    pages = len(ok_docs) * settings.pages + len(latencies) * share  # in whole pages' time
-    finishes = [d[3] for d in docs]
-    page_s = settings.page_ms(replicas) / 1000.0
+    (ok_docs, errors), latencies = whole(docs), [t for t, ok, _ in images if ok]
+    pages = ok_docs * settings.pages + len(latencies) * share  # in whole pages' time
+    finishes, page_s = [d[3] for d in docs], page_ms / 1000.0
     image_s, image_p95 = page_s * share, p95(latencies)  # the largest image's own time
     # images sent after the first page time: while every worker reads its first page (the
     # documents came at once), none starts an image before that page ends
-    later = p95([latency for latency, ok, sent in image_results
-                 if ok and sent >= started + page_s])
+    later = p95([t for t, ok, sent in images if ok and sent >= started + page_s])
     # whole page times (pages come back in waves) back from the first document's end, while
     # every document still runs; efficiency_makespan also counts the last, partial round
     end = started + min(finishes)
     waves = int((end - started - page_s) // page_s)
     steady = counter.rate(end - waves * page_s, end) if waves >= 1 else None
     if steady:  # the counter counts an image as a page: it costs `share` of one
-        steady -= len(image_results) / makespan * (1 - share)
+        steady -= len(images) / makespan * (1 - share)
     return {
-        "mode": mode, "replicas": replicas, "gateways": count,
-        "page_ms": settings.page_ms(replicas), "capacity_pages_per_s": settings.capacity,
-        "makespan_s": round(makespan, 2),
-        "efficiency": round(steady / settings.capacity, 3) if steady else None,
-        "efficiency_makespan": round(pages / makespan / settings.capacity, 3),
-        "documents": len(docs), "documents_ok": len(ok_docs),
-        "document_errors": [d[2] or d[0] for d in docs if d not in ok_docs][:4],
+        "mode": mode, "replicas": replicas, "gateways": count, "page_ms": page_ms,
+        "capacity_pages_per_s": capacity, "makespan_s": round(makespan, 2),
+        "pages_per_s": round(pages / makespan, 2),
+        "efficiency": round(steady / capacity, 3) if steady else None,
+        "efficiency_makespan": round(pages / makespan / capacity, 3),
+        "documents": len(docs), "documents_ok": ok_docs, "document_errors": errors,
         "finish_first_s": round(min(finishes), 2), "finish_last_s": round(max(finishes), 2),
         "finish_spread": round((max(finishes) - min(finishes)) / makespan, 3),
         "finishes_s": [[i % count, round(f, 2)] for i, f in enumerate(finishes)],
-        "images": len(image_results), "images_ok": len(latencies),
+        "images": len(images), "images_ok": len(latencies),
         "image_p95_s": round(image_p95, 3) if image_p95 else None,
         "image_own_s": round(image_s, 3),
         "image_p95_wait_s": round(image_p95 - image_s, 3) if image_p95 else None,
@@ -150,9 +138,30 @@ def run_shape(fleet: local_fleet.Fleet, mode: str, replicas: int, count: int,
         "machine_busy": round(sampler.busy, 3)}
 
 
-def run_growth(settings: FleetSettings, log_dir: Path, mode: str = "nginx") -> dict[str, Any]:
+def run_shapes(settings, log_dir: Path, shapes: list, timing, worker_env: dict | None = None,
+               **env: str) -> tuple[list, list]:
+    """(engines, run_shape of each (mode, N, G) shape but nginx ones without nginx): one fleet
+    for all shapes of an N (DNS ones apart); timing(N) = (its page time, its pages/s)."""
+    engines, made, by_replicas = [], [], {}  # (N, DNS?) -> [(mode, G)]
+    for mode, replicas, count in shapes:
+        by_replicas.setdefault((replicas, mode == "dns"), []).append((mode, count))
+    for (replicas, dns_mode), runs in by_replicas.items():
+        page_ms, capacity = timing(replicas)
+        with local_fleet.Fleet(log_dir / f"n{replicas}{'-dns' if dns_mode else ''}", page_ms,
+                               replicas, dns_mode=dns_mode, worker_env=worker_env) as fleet:
+            engines += report.engine_info([local_fleet.url_of(fleet.workers[0])])
+            for mode, count in runs:
+                if mode == "nginx" and nginx.find_nginx() is None:
+                    report.say("skipping nginx shapes: nginx is not installed")
+                    continue
+                made.append(run_shape(fleet, mode, count, settings, page_ms, capacity, **env))
+                report.say(f"{log_dir.name} {mode} N={replicas} G={count}: {made[-1]}")
+    return engines, made
+
+
+def run_growth(settings, log_dir: Path, mode: str = "nginx") -> dict[str, Any]:
     """16 replicas, then 64 mid-run, then 32: pages/s per second against capacity."""
-    page_ms, pdf = settings.page_ms(64), labelled_pdf_payload(settings.pages, seed=3)
+    page_ms, pdf = 64 * 1000.0 / settings.capacity, labelled_pdf_payload(settings.pages, seed=3)
     counter, stop = PageCounter(), threading.Event()
     with local_fleet.Fleet(log_dir / f"growth-{mode}", page_ms, 16, dns_mode=mode == "dns",
                            worker_env=SIM_ENV) as fleet, \
@@ -171,16 +180,14 @@ def run_growth(settings: FleetSettings, log_dir: Path, mode: str = "nginx") -> d
         fleet.remove_workers(32)
         results = docs.result()
         stop.set()
-    rates, per_replica = counter.rates(started), 1000.0 / page_ms
-    reach = next((t for t, rate in rates if t >= ready_at and rate >= 0.95 * 64 * per_replica),
-                 None)
+    rates, (ok, errors) = counter.rates(started), whole(results)
+    full = 0.95 * 64 * (1000.0 / page_ms)  # 95 % of 64 replicas' pages/s
+    reach = next((t for t, rate in rates if t >= ready_at and rate >= full), None)
     return {"mode": mode, "page_ms": page_ms, "grown_at_s": round(grown_at, 1),
             "new_replicas_ready_at_s": round(ready_at, 1), "reached_new_capacity_at_s": reach,
             "seconds_to_new_capacity": round(reach - ready_at, 1) if reach else None,
-            "shrunk_at_s": round(shrunk_at, 1), "documents": len(results),
-            "documents_ok": sum(1 for r in results if r[0] == 200 and not r[2]),
-            "document_errors": [r[2] or r[0] for r in results if r[0] != 200 or r[2]][:4],
-            "pages_per_s_by_second": rates}
+            "shrunk_at_s": round(shrunk_at, 1), "documents": len(results), "documents_ok": ok,
+            "document_errors": errors, "pages_per_s_by_second": rates}
 
 
 def run_route(log_dir: Path, workers: int = 16) -> dict[str, Any]:
@@ -197,26 +204,13 @@ def run_route(log_dir: Path, workers: int = 16) -> dict[str, Any]:
             "failures": result.failure_count, "pages_per_s": round(result.pages_per_s(), 1),
             "gateway_cpu_s": round(cpu_s, 2),
             "pages_per_gateway_core_s": round(pages / cpu_s, 1) if cpu_s else None,
-            "gateway_core_to_itself": alone,
-            "machine_busy": round(sampler.busy, 3)}
+            "gateway_core_to_itself": alone, "machine_busy": round(sampler.busy, 3)}
 
 
 def measure() -> dict[str, Any]:
     settings, log_dir = FleetSettings.from_env(), report.log_dir("fleet")
-    engines, shapes, by_replicas = [], [], {}  # by_replicas: (N, DNS?) -> [(mode, G)]
-    for mode, replicas, count in settings.shapes:
-        by_replicas.setdefault((replicas, mode == "dns"), []).append((mode, count))
-    for (replicas, dns_mode), runs in by_replicas.items():
-        with local_fleet.Fleet(log_dir / f"n{replicas}{'-dns' if dns_mode else ''}",
-                               settings.page_ms(replicas), replicas, dns_mode=dns_mode,
-                               worker_env=SIM_ENV) as fleet:
-            engines += report.engine_info([local_fleet.url_of(fleet.workers[0])])
-            for mode, count in runs:
-                if mode == "nginx" and nginx.find_nginx() is None:
-                    report.say("skipping nginx shapes: nginx is not installed")
-                    continue
-                shapes.append(run_shape(fleet, mode, replicas, count, settings))
-                report.say(f"fleet {mode} N={replicas} G={count}: {shapes[-1]}")
+    engines, shapes = run_shapes(settings, log_dir, settings.shapes, lambda n: (
+        n * 1000.0 / settings.capacity, settings.capacity), SIM_ENV, **NO_JOBS)
     result: dict[str, Any] = {"engine": report.engine_label(engines),
                               "capacity_pages_per_s": settings.capacity,
                               "documents": settings.docs, "pages": settings.pages,
@@ -259,26 +253,24 @@ def table(result: dict[str, Any]) -> str:
 
 
 def plot(result: dict[str, Any], path: Path) -> Path:
-    """Per shape: efficiency, image p95 and finish spread against their goals (red); the growth
-    run's pages/s over time against the capacity of 16, 64 and 32 replicas."""
-    shapes, growth = result["shapes"], result.get("growth") or []
-    fig, axes = report.pyplot().subplots(1, 4 if growth else 3, figsize=(20 if growth else 15, 5))
-    fig.suptitle(f"ocrfleet at scale: {result['engine']}, capacity "
-                 f"{result['capacity_pages_per_s']:g} pages/s", fontsize=11)
-    for axis, (key, sense, goal) in zip(axes, [("efficiency", ">=", 0.95),
-                                               ("image_p95_s", "<=", 2.0),
-                                               ("finish_spread", "<=", 0.15)]):
-        axis.bar(range(len(shapes)), [s[key] or 0 for s in shapes])
-        axis.axhline(goal, color="tab:red", linestyle=":")
-        axis.set_xticks(range(len(shapes)), [f"{s['mode']} N={s['replicas']} G={s['gateways']}"
-                                             for s in shapes], fontsize=7, rotation=45, ha="right")
-        axis.set_title(f"{key} (goal {sense} {goal:g})", fontsize=10)
-    for run in growth:
-        axes[3].plot(*zip(*run["pages_per_s_by_second"]), label=f"growth, {run['mode']}")
-        for n in (16, 64, 32):
-            axes[3].axhline(n * 1000.0 / run["page_ms"], color="tab:red", linestyle=":")
-        axes[3].set(title="pages/s over 4 s: 16 -> 64 -> 32 replicas", xlabel="seconds")
-        axes[3].legend(fontsize=8)
+    """Per shape: efficiency, image p95 and finish spread against their goals; the growth run's
+    pages/s over time against the capacity of 16, 64 and 32 replicas."""
+    shapes, growth, xs = result["shapes"], result.get("growth") or [], range(len(result["shapes"]))
+    panels = {f"{key} (goal {sense} {goal:g})": [(xs, [s[key] for s in shapes], "o", "measured"),
+                                                 (xs, [goal] * len(xs), "r:", "goal")]
+              for key, sense, goal in [("efficiency", ">=", 0.95), ("image_p95_s", "<=", 2.0),
+                                       ("finish_spread", "<=", 0.15)]}
+    if growth:
+        seconds = [0, max(t for g in growth for t, _ in g["pages_per_s_by_second"])]
+        panels["pages/s over 4 s: 16 -> 64 -> 32 replicas"] = [
+            *[(*zip(*g["pages_per_s_by_second"]), "-", g["mode"]) for g in growth],
+            *[(seconds, [n * 1000.0 / growth[0]["page_ms"]] * 2, "r:", f"capacity, {n}")
+              for n in (16, 64, 32)]]
+    fig, axes = report.plot_row(f"ocrfleet at scale: {result['engine']}, capacity "
+                         f"{result['capacity_pages_per_s']:g} pages/s", panels)
+    for axis in axes[:3]:
+        axis.set_xticks(xs, [f"{s['mode']} N={s['replicas']} G={s['gateways']}" for s in shapes],
+                        fontsize=7, rotation=45, ha="right")
     return report.save(fig, path)
 
 

@@ -4,11 +4,12 @@ pages), and for concurrent large uploads the memory budget answers 429 (docs/cap
 section 7). Four sim workers answer. Writes gateway-memory.json; knobs in loadtest/README.md."""
 
 import base64
+import functools
 import io
 import itertools
 import os
 import sys
-from typing import Any, Callable
+from typing import Any
 
 import pikepdf
 import requests
@@ -23,74 +24,72 @@ FORMATS = ("application/json", "application/x-ndjson", "text/plain", "applicatio
            "application/zip")
 
 
-def peak_while(meter: PeakRss, send: Callable[[], Any]) -> tuple[dict[str, float], Any]:
-    """The group's RSS before and at its peak while `send` ran, and the growth, in MiB."""
-    idle = meter.now()
-    with meter:
-        outcome = send()
-    return {"idle_mb": round(idle / 1024, 1), "peak_mb": round(meter.peak / 1024, 1),
-            "peak_growth_mb": round((meter.peak - idle) / 1024, 1)}, outcome
+def peaks(meter: PeakRss, cases: list) -> list[dict[str, Any]]:
+    """Per (row, send) case, one after another: the row, the fields send() returns, and the
+    group's RSS (MB) before send, at its peak while send ran, and the growth."""
+    rows = []
+    for row, send in cases:
+        idle = meter.now()
+        with meter:
+            row.update(send())
+        rows.append({**row, "idle_mb": round(idle / 1024, 1), "peak_mb": round(meter.peak / 1024,
+                     1), "peak_growth_mb": round((meter.peak - idle) / 1024, 1)})
+        report.say(str(rows[-1]))
+    return rows
 
 
-def read_all(url: str, pdf: bytes, accept: str, visualize: bool) -> int:
+def read_all(url: str, pdf: bytes, accept: str, visualize: bool) -> dict[str, float]:
     with requests.post(f"{url}/ocr", files={"file": ("doc.pdf", pdf)},
                        data={"visualize": str(visualize).lower()}, stream=True,
                        headers={"Accept": accept}, timeout=900) as response:
         size = sum(len(chunk) for chunk in response.iter_content(1 << 20))
         if response.status_code != 200:
             raise RuntimeError(f"{accept}: {response.status_code} {response.text[:200]}")
-        return size
+        return {"answer_mb": round(size / 2**20, 1)}
 
 
-def formats(url: str, meter: PeakRss, page_counts: list[int]) -> list[dict[str, Any]]:
-    pdfs = {pages: documents.dense_pdf(pages) for pages in page_counts}
-    rows = []
-    for pages, visualize, accept in itertools.product(page_counts, (False, True), FORMATS):
-        rss, size = peak_while(meter, lambda: read_all(url, pdfs[pages], accept, visualize))
-        rows.append({"pages": pages, "format": accept, "visualize": visualize,
-                     "answer_mb": round(size / 2**20, 1), **rss})
-        report.say(str(rows[-1]))
-    return rows
+def send_at_once(url: str, count: int, body: dict[str, Any]) -> dict[str, Any]:
+    got = at_once(lambda _: requests.post(f"{url}/ocr", timeout=900, **body).status_code,
+                  range(count))
+    return {"answered_200": got.count(200), "answered_429": got.count(429),
+            "other": sorted(s for s in got if s not in (200, 429))}
 
 
-def uploads(url: str, meter: PeakRss, count: int, megabytes: int) -> list[dict[str, Any]]:
-    """`count` uploads at once of a valid PDF of `megabytes`: 50 pages, each carrying its share
-    as an unused, uncompressed stream (so each page sent to a worker stays within its limit)."""
+def upload(megabytes: int) -> bytes:
+    """A valid PDF of `megabytes`: 50 pages, each carrying its share as an unused, uncompressed
+    stream (so each page sent to a worker stays within its limit)."""
     with pikepdf.open(io.BytesIO(documents.labelled_pdf(50, lines_per_page=0))) as padded:
         for page in padded.pages:
             page.obj.Padding = pikepdf.Stream(padded, os.urandom(megabytes * 2**20 // 50))
         out = io.BytesIO()
         padded.save(out, compress_streams=False)
-    pdf = out.getvalue()
-    bodies = {"multipart": {"files": {"file": ("d.pdf", pdf)}},
-              "json": {"json": {"file": base64.b64encode(pdf).decode()}}}
-    rows = []
-    for name, body in bodies.items():
-        rss, statuses = peak_while(meter, lambda: at_once(
-            lambda _: requests.post(f"{url}/ocr", timeout=900, **body).status_code, range(count)))
-        rows.append({"body": name, "uploads": count, "upload_mb": megabytes,
-                     "answered_200": statuses.count(200), "answered_429": statuses.count(429),
-                     "other": sorted(s for s in statuses if s not in (200, 429)), **rss})
-        report.say(str(rows[-1]))
-    return rows
+    return out.getvalue()
 
 
 def measure() -> dict[str, Any]:
-    pages = report.knob("BENCH_GW_PAGES", 300)
-    count = report.knob("BENCH_GW_UPLOADS", 20)
-    megabytes = report.knob("BENCH_GW_UPLOAD_MB", 100)
-    logs = report.log_dir("gateway-memory")
+    pages, count = report.knob("BENCH_GW_PAGES", 300), report.knob("BENCH_GW_UPLOADS", 20)
+    megabytes, logs = report.knob("BENCH_GW_UPLOAD_MB", 100), report.log_dir("gateway-memory")
     env = local_fleet.sim_worker_env(5, OCR_QUEUE_SIZE="8", OCR_MAX_PAGES="5000")
     gateway_env = {"GATEWAY_PROCESSES": "1", "GATEWAY_HTTP_THREADS": str(count + 4)}
     with local_fleet.workers(4, env, logs) as workers:
         urls = [local_fleet.url_of(w) for w in workers]
-        engines = report.engine_info(urls)
         with local_fleet.gateway(urls, logs, gateway_env) as gateway:
             url, meter = local_fleet.url_of(gateway), PeakRss(gateway.process.pid)
             read_all(url, documents.dense_pdf(2), FORMATS[3], False)  # builders started
-            rows = formats(url, meter, [max(1, pages // 10), pages])
-            return {**report.stamp(engines), "gateway_env": gateway_env, "formats": rows,
-                    "uploads": uploads(url, meter, count, megabytes)}
+            counts = [max(1, pages // 10), pages]
+            pdfs = {n: documents.dense_pdf(n) for n in counts}
+            formats = peaks(meter, [
+                ({"pages": n, "format": accept, "visualize": on},
+                 functools.partial(read_all, url, pdfs[n], accept, on))
+                for n, on, accept in itertools.product(counts, (False, True), FORMATS)])
+            pdf = upload(megabytes)
+            bodies = {"multipart": {"files": {"file": ("d.pdf", pdf)}},
+                      "json": {"json": {"file": base64.b64encode(pdf).decode()}}}
+            return {**report.stamp(report.engine_info(urls)), "gateway_env": gateway_env,
+                    "formats": formats, "uploads": peaks(meter, [
+                        ({"body": name, "uploads": count, "upload_mb": megabytes},
+                         functools.partial(send_at_once, url, count, body))
+                        for name, body in bodies.items()])}
 
 
 def table(result: dict[str, Any]) -> str:

@@ -1,11 +1,7 @@
-"""`make bench-paddlex` (and part of `make bench`): ocrfleet side by side with PaddleX's official
-serving (`paddlex --serve`: the same version, onnxruntime and model files, in its own venv under
-bench/paddlex-venv/) in three setups, each figure against the strongest: dense pages at 1 and 4
-clients and one 16-page PDF alone, interleaved. Publishable only when no side scales negatively
-and the machine was quiet. Goals (issue 13): >= 1.25x PaddleX's pages/s at 4 clients, <= 0.8x
-its PDF latency. Skipped, with the reason, where the venv cannot be built."""
-
-from __future__ import annotations
+"""`make bench-paddlex`: ocrfleet beside `paddlex --serve` (same version, onnxruntime and model
+files; bench/paddlex-venv/) in three setups, each figure against the strongest; published only
+when no side scales negatively and the machine was quiet; skipped, with why, without the venv.
+Goals (issue 13): >= 1.25x PaddleX's pages/s at 4 clients, <= 0.8x its PDF latency."""
 
 import contextlib
 import importlib.metadata
@@ -15,11 +11,10 @@ import subprocess
 import sys
 import venv
 from pathlib import Path
-from typing import Any
 
 import yaml
 
-from loadtest import local_fleet, report
+from loadtest import figures, local_fleet, report
 from loadtest.loadgen import run_closed_loop
 from loadtest.payloads import dense_page_payloads, make_payload
 from loadtest.procstats import ForeignLoad
@@ -28,21 +23,20 @@ from scripts.fleet import REPO_ROOT, ManagedProcess, free_port
 from services.ocr_worker.config import WorkerConfig
 
 FILE = "paddlex.json"
-VENV = REPO_ROOT / "bench" / "paddlex-venv"
-SERVING_DIR = REPO_ROOT / "bench" / "paddlex-serving"
+VENV, SERVING_DIR = REPO_ROOT / "bench/paddlex-venv", REPO_ROOT / "bench/paddlex-serving"
 THROUGHPUT_GOAL, PDF_LATENCY_GOAL = 1.25, 0.8
 SCALING_FLOOR = 0.95  # 4 clients below this share of 1 client's pages/s: negative scaling
 MAX_OTHER_LOAD = 0.25  # of the cores, used by other processes during any run
-# ocrfleet on PaddleX's engine settings (onnxruntime with its CPU arena on, which ocrfleet
-# turns off to keep a worker's memory flat): the serving alone, side by side
+# ocrfleet on PaddleX's engine settings (onnxruntime with its CPU arena on, which ocrfleet turns
+# off to keep a worker's memory flat): the serving alone compared, the same backend both sides
 SERVING_ONLY = "ocrfleet, PaddleX's engine settings"
-FLEETS = {"ocrfleet": {}, SERVING_ONLY: {"OCR_BACKEND": "onnxruntime",
-                                         "OCR_ORT_CPU_ARENA": "true"}}
+FLEETS = {"ocrfleet": {},
+          SERVING_ONLY: {"OCR_BACKEND": "onnxruntime", "OCR_ORT_CPU_ARENA": "true"}}
 FIGURES = ("1 client", "4 clients")
-
-
-class Skipped(Exception):
-    """The PaddleX side cannot run here; the reason says why."""
+# (ratio, its strongest-setup key, what, unit, ocrfleet's goal: pages/s at least, latency at most)
+COMPARED = (("1 client", "1 client", "dense A4, 1 client", "pages/s", None),
+            ("4 clients", "4 clients", "dense A4, 4 clients", "pages/s", THROUGHPUT_GOAL),
+            ("pdf_latency", "pdf", "one {pdf_pages}-page PDF", "latency", PDF_LATENCY_GOAL))
 
 
 def requirements() -> list[str]:
@@ -52,21 +46,16 @@ def requirements() -> list[str]:
 
 
 def ensure_venv() -> Path:
-    """bench/paddlex-venv's `paddlex`, built once per requirements(); Skipped if it can't be."""
-    paddlex, stamp = VENV / "bin" / "paddlex", VENV / ".ocrfleet-requirements"
-    wanted = "\n".join(requirements())
-    if paddlex.is_file() and stamp.is_file() and stamp.read_text() == wanted:
+    """bench/paddlex-venv's `paddlex`, built once per requirements() (else an OSError or a
+    SubprocessError)."""
+    paddlex, stamp, wanted = VENV / "bin/paddlex", VENV / ".ocrfleet-requirements", requirements()
+    if paddlex.is_file() and stamp.is_file() and stamp.read_text() == "\n".join(wanted):
         return paddlex
-    report.say(f"building {VENV} ({', '.join(requirements())}); a few minutes, once")
-    try:
-        venv.create(VENV, with_pip=True, clear=True)
-        subprocess.run([str(VENV / "bin" / "python"), "-m", "pip", "install", "--quiet",
-                        *requirements()], check=True, timeout=1800,
-                       env={**os.environ, "PYTHONPATH": ""})  # not ocrfleet's own tree
-    except (OSError, subprocess.SubprocessError) as exc:
-        raise Skipped(f"could not build {VENV.relative_to(REPO_ROOT)} "
-                      f"({type(exc).__name__}: {exc})"[:300]) from None
-    stamp.write_text(wanted)
+    report.say(f"building {VENV} ({', '.join(wanted)}); a few minutes, once")
+    venv.create(VENV, with_pip=True, clear=True)
+    subprocess.run([str(VENV / "bin" / "python"), "-m", "pip", "install", "--quiet", *wanted],
+                   check=True, timeout=1800, env={**os.environ, "PYTHONPATH": ""})
+    stamp.write_text("\n".join(wanted))
     return paddlex
 
 
@@ -76,34 +65,29 @@ def pipeline_config(threads: int) -> Path:
     shipped = Path(importlib.util.find_spec("paddlex").origin).parent / "configs" / \
         "pipelines" / "OCR.yaml"
     config = yaml.safe_load(shipped.read_text())
-    det_name, det_dir, rec_name, rec_dir = WorkerConfig().model_paths()
-    config.update(use_doc_preprocessor=False, use_textline_orientation=False,
-                  engine="onnxruntime",
-                  engine_config={"intra_op_num_threads": threads, "inter_op_num_threads": 1},
-                  Serving={"extra": {"max_num_input_imgs": None}})
     config.pop("SubPipelines", None)
     config["SubModules"].pop("TextLineOrientation", None)
+    det_name, det_dir, rec_name, rec_dir = WorkerConfig().model_paths()
     config["SubModules"]["TextDetection"].update(model_name=det_name, model_dir=det_dir)
     config["SubModules"]["TextRecognition"].update(model_name=rec_name, model_dir=rec_dir)
-    SERVING_DIR.mkdir(parents=True, exist_ok=True)
+    config.update(use_doc_preprocessor=False, use_textline_orientation=False, engine="onnxruntime",
+                  engine_config={"intra_op_num_threads": threads, "inter_op_num_threads": 1},
+                  Serving={"extra": {"max_num_input_imgs": None}})
     path = SERVING_DIR / f"OCR-{threads}-threads.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
 
 
-def setups(cores: int) -> dict[str, dict[str, Any]]:
+def setups(cores: int) -> dict[str, dict]:
     """PaddleX's default (one process, every core, serial pipeline calls), the same with
     concurrent calls, and one serial process per core behind nginx (ocrfleet's own shape)."""
-    shapes = ((1, cores, True), (1, cores, False), (cores, 1, True))
     return {f"paddlex {n} x {threads} threads, {'serial' if serial else 'concurrent'} calls":
             {"instances": n, "threads": threads, "serial_pipeline_calls": serial}
-            for n, threads, serial in shapes}
+            for n, threads, serial in ((1, cores, True), (1, cores, False), (cores, 1, True))}
 
 
-def start_paddlex(stack: contextlib.ExitStack, paddlex: Path, setup: dict[str, Any],
-                  log_dir: Path) -> tuple[str, list[ManagedProcess]]:
-    """The setup's processes, started and ready; its URL (nginx's when several)."""
-    (SERVING_DIR / "cache").mkdir(parents=True, exist_ok=True)
+def start_paddlex(stack, paddlex: Path, setup: dict, log_dir: Path) -> tuple[str, list]:
+    """The setup's processes, started (until `stack` closes) and ready; its URL and processes."""
     command = [str(paddlex), "--serve", "--pipeline", str(pipeline_config(setup["threads"])),
                "--device", "cpu", "--host", "127.0.0.1", "--port"]
     env = {"PADDLE_PDX_DISABLE_MODEL_SOURCE_CHECK": "True", "ORT_DISABLE_TELEMETRY": "1",
@@ -114,97 +98,87 @@ def start_paddlex(stack: contextlib.ExitStack, paddlex: Path, setup: dict[str, A
     processes = [ManagedProcess("paddlex-serving", [*command, str(port)], env=env,
                                 ready_url=f"http://127.0.0.1:{port}/health",
                                 log_path=log_dir / f"paddlex-{port}.log") for port in ports]
-    front = ports[0]
     if len(ports) > 1:  # nginx in front, balancing over them
-        front = free_port()
+        ports.insert(0, free_port())
         processes.append(local_fleet.nginx_process(
-            [f"127.0.0.1:{p}" for p in ports], log_dir / f"nginx-{ports[0]}", front, "/health"))
+            [f"127.0.0.1:{p}" for p in ports[1:]], log_dir / f"nginx-{ports[1]}", ports[0],
+            "/health"))
     stack.enter_context(local_fleet.running(processes, timeout=600))
-    return f"http://127.0.0.1:{front}", processes
+    return f"http://127.0.0.1:{ports[0]}", processes
 
 
-def measure_side(url: str, payloads, clients: int, requests: int, processes) -> dict[str, Any]:
-    load_before = os.getloadavg()[0]
+def measure_side(url: str, payloads: list, clients: int, requests: int, processes) -> dict:
+    """One figure of one side: pages over the whole run's time, other processes' load."""
     with ForeignLoad(processes) as foreign:
         load = run_closed_loop(url, payloads, clients, total_requests=requests, timeout=900)
-    pages = sum(c.pages for c in load.completions if c.ok)
-    latencies = [c.finished - c.started for c in load.completions if c.ok]
-    return {"clients": clients, "pages": pages, "seconds": load.wall_s,
-            "pages_per_s": pages / load.wall_s, "failures": load.failure_count,
-            "failure_kinds": dict(load.failures.most_common(3)),
-            "latency_s": min(latencies, default=None),
-            "other_load_cores": round(foreign.cores, 2),
-            "load_average": [round(load_before, 2), round(os.getloadavg()[0], 2)]}
+    done = [c for c in load.completions if c.ok]
+    return {"clients": clients, "pages": sum(c.pages for c in done), "seconds": load.wall_s,
+            "pages_per_s": sum(c.pages for c in done) / load.wall_s,
+            "failures": load.failure_count, "failure_kinds": dict(load.failures.most_common(3)),
+            "latency_s": min((c.finished - c.started for c in done), default=None),
+            "other_load_cores": round(foreign.cores, 2)}
 
 
-def measure() -> dict[str, Any]:
+def measure() -> dict:
     """Every side, figure by figure (interleaved), or {"skipped": why}."""
     pages = report.knob("BENCH_PADDLEX_PAGES", 8, 4)
     pdf_pages = report.knob("BENCH_PADDLEX_PDF_PAGES", 16, 8)
     try:
         paddlex = ensure_venv()
-    except Skipped as exc:
-        report.say(f"bench-paddlex skipped: {exc}")
-        return {"skipped": str(exc), **report.stamp()}
-    cores = os.cpu_count() or 2
-    log_dir = report.log_dir("paddlex")
-    log_dir.mkdir(parents=True, exist_ok=True)
-    images = dense_page_payloads(4)
+    except (OSError, subprocess.SubprocessError) as exc:
+        why = f"could not build {VENV.relative_to(REPO_ROOT)} ({type(exc).__name__}: {exc})"
+        report.say(f"bench-paddlex skipped: {why[:300]}")
+        return {"skipped": why[:300], **report.stamp()}
+    cores, log_dir, images = os.cpu_count() or 2, report.log_dir("paddlex"), dense_page_payloads(4)
+    for folder in (log_dir, SERVING_DIR / "cache"):
+        folder.mkdir(parents=True, exist_ok=True)
     pdf = [make_payload(f"pdf:dense:{pdf_pages}p", documents.dense_pdf(pdf_pages), "pdf",
                         pdf_pages, labelled=True)]
-    chosen = setups(cores)
+    chosen, engines = setups(cores), {}
     with contextlib.ExitStack() as stack:
         sides = {name: start_paddlex(stack, paddlex, setup, log_dir)
                  for name, setup in chosen.items()}
-        engines = {}
         for name, env in FLEETS.items():
             workers = stack.enter_context(local_fleet.workers(
                 2, local_fleet.real_worker_env(max(1, cores // 2), **env), log_dir, timeout=600))
-            worker_urls = [local_fleet.url_of(w) for w in workers]
-            gateway = stack.enter_context(local_fleet.gateway(worker_urls, log_dir))
+            urls = [local_fleet.url_of(w) for w in workers]
+            gateway = stack.enter_context(local_fleet.gateway(urls, log_dir))
             sides[name] = (local_fleet.url_of(gateway), [gateway, *workers])
-            engines[name] = report.engine_info(worker_urls)
+            engines[name] = report.engine_info(urls)
         for url, _ in sides.values():  # warm-up, untimed (every instance once)
             run_closed_loop(url, images[:1], cores, total_requests=2 * cores, timeout=600)
-        results: dict[str, dict[str, Any]] = {name: {} for name in sides}
+        results: dict[str, dict] = {name: {} for name in sides}
         for label, payloads, clients, count in (
                 ("1 client", images, 1, pages), ("4 clients", images, 4, 2 * pages),
                 ("pdf", pdf, 1, 1), ("pdf again", pdf, 1, 1)):
             for name, (url, processes) in sides.items():  # interleaved, figure by figure
                 side = results[name][label] = measure_side(url, payloads, clients, count,
                                                            processes)
-                report.say(f"  {name} {label}: {side['pages_per_s']:.3f} pages/s, "
-                           f"{side['seconds']:.1f} s")
+                report.say(f"  {name} {label}: {side['pages_per_s']:.3f} pages/s")
     return summarise(results, engines, cores, pdf_pages, chosen)
 
 
-run_or_skip = measure  # the name tests/test_accuracy_corpus.py calls it by
-
-
-def summarise(results, engines, cores, pdf_pages, chosen) -> dict[str, Any]:
+def summarise(results: dict, engines: dict, cores: int, pdf_pages: int, chosen: dict) -> dict:
     """Each figure against PaddleX's strongest setup for it; whether the run may be published."""
-    pps = {side: {c: figures[c]["pages_per_s"] for c in FIGURES}
-           for side, figures in results.items()}
-    pdf_s = {side: min(figures["pdf"]["seconds"], figures["pdf again"]["seconds"])
-             for side, figures in results.items()}
-    best = {c: max(chosen, key=lambda side: pps[side][c]) for c in FIGURES}
-    best["pdf"] = min(chosen, key=pdf_s.get)
-    reasons = []
-    for side, figures in results.items():
-        if pps[side]["4 clients"] < SCALING_FLOOR * pps[side]["1 client"]:
-            reasons.append(f"{side} scales negatively: {pps[side]['4 clients']:.3f} pages/s "
-                           f"at 4 clients, {pps[side]['1 client']:.3f} at 1")
-        worst = max(r["other_load_cores"] for r in figures.values())
-        if worst > MAX_OTHER_LOAD * cores:
-            reasons.append(f"other processes used {worst:.2f} of {cores} cores during a "
-                           f"{side} run (at most {MAX_OTHER_LOAD:.0%} allowed)")
+    got = {side: {**{c: runs[c]["pages_per_s"] for c in FIGURES},
+                  "pdf": min(runs["pdf"]["seconds"], runs["pdf again"]["seconds"]),
+                  "other": max(r["other_load_cores"] for r in runs.values())}
+           for side, runs in results.items()}
+    best = {**{c: max(chosen, key=lambda setup: got[setup][c]) for c in FIGURES},
+            "pdf": min(chosen, key=lambda setup: got[setup]["pdf"])}
+    reasons = [f"{side} scales negatively: {f['4 clients']:.3f} pages/s at 4 clients, "
+               f"{f['1 client']:.3f} at 1" for side, f in got.items()
+               if f["4 clients"] < SCALING_FLOOR * f["1 client"]]
+    reasons += [f"other processes used {f['other']:.2f} of {cores} cores during a {side} run "
+                f"(at most {MAX_OTHER_LOAD:.0%} allowed)" for side, f in got.items()
+                if f["other"] > MAX_OTHER_LOAD * cores]
     return {
         "sides": results, "paddlex_setups": chosen, "strongest_paddlex": best,
-        "ratio": {side: {**{c: pps[side][c] / pps[best[c]][c] for c in FIGURES},
-                         "pdf_latency": pdf_s[side] / pdf_s[best["pdf"]]}
+        "ratio": {side: {**{c: got[side][c] / got[best[c]][c] for c in FIGURES},
+                         "pdf_latency": got[side]["pdf"] / got[best["pdf"]]["pdf"]}
                   for side in results if side not in chosen},
-        "pdf_latency_s": pdf_s, "pdf_pages": pdf_pages,
-        "failures": sum(r["failures"] for side in results.values() for r in side.values()),
+        "pdf_latency_s": {side: f["pdf"] for side, f in got.items()}, "pdf_pages": pdf_pages,
+        "failures": sum(r["failures"] for runs in results.values() for r in runs.values()),
         "ocrfleet_engine": {side: report.engine_label(e) for side, e in engines.items()},
         "ocrfleet_setup": f"gateway + 2 workers x {max(1, cores // 2)} threads, default "
                           f"settings; '{SERVING_ONLY}': the same with OCR_BACKEND=onnxruntime "
@@ -219,53 +193,47 @@ def summarise(results, engines, cores, pdf_pages, chosen) -> dict[str, Any]:
     }
 
 
-def rows(result: dict[str, Any]) -> list[list[Any]]:
+def rows(result: dict) -> list[list]:
     if "skipped" in result:
         return [["vs PaddleX serving", f"skipped: {result['skipped']}"[:90], "-", "SKIP"]]
-    best, made = result["strongest_paddlex"], []
+    made, verdict = [], result["publishable"]
     for side, ratio in result["ratio"].items():
-        ours = side == "ocrfleet"  # the goals are ocrfleet's; the other side is informative
-        for figure, goal in zip(FIGURES, (None, THROUGHPUT_GOAL)):
-            made.append([f"{side} vs {best[figure]}, dense A4, {figure}",
-                         f"{ratio[figure]:.2f}x pages/s",
-                         f">= {goal}x" if goal and ours else "(informative)",
-                         "FAIL" if ours and goal and ratio[figure] < goal else "PASS"])
-        made.append([f"{side} vs {best['pdf']}, one {result['pdf_pages']}-page PDF",
-                     f"{ratio['pdf_latency']:.2f}x latency",
-                     f"<= {PDF_LATENCY_GOAL}x" if ours else "(informative)",
-                     "FAIL" if ours and ratio["pdf_latency"] > PDF_LATENCY_GOAL else "PASS"])
-    verdict = result["publishable"]
-    made.append(["publishable", "yes" if verdict["ok"] else "; ".join(verdict["reasons"])[:90],
-                 verdict["rules"][:60], "PASS" if verdict["ok"] else "FAIL"])
-    return made
+        for key, best, what, unit, goal in COMPARED:
+            goal, at_most = goal if side == "ocrfleet" else None, unit == "latency"
+            ok = not goal or (ratio[key] <= goal if at_most else ratio[key] >= goal)
+            made.append([f"{side} vs {result['strongest_paddlex'][best]}, {what.format(**result)}",
+                         f"{ratio[key]:.2f}x {unit}",
+                         f"{'<=' if at_most else '>='} {goal}x" if goal else "(informative)",
+                         figures.verdict(ok)])
+    return made + [["publishable", "yes" if verdict["ok"] else "; ".join(verdict["reasons"])[:90],
+                    verdict["rules"][:60], figures.verdict(verdict["ok"])]]
 
 
-def table(result: dict[str, Any], refuse: bool = False) -> str:
+def table(result: dict, refuse: bool = False) -> str:
     """The side by side; `refuse`: a run that is not publishable raises ValueError instead."""
-    skipped = result.get("skipped")
-    verdict = result.get("publishable", {"ok": False, "reasons": [f"skipped: {skipped}"]})
+    verdict = result.get("publishable",
+                         {"ok": False, "reasons": [f"skipped: {result.get('skipped')}"]})
     if refuse and not verdict["ok"]:
         raise ValueError("this PaddleX run is not publishable: " + "; ".join(verdict["reasons"]))
-    if skipped:
-        return f"Skipped: {skipped}. {report.measured(result)}."
-    best, pdf_s = result["strongest_paddlex"], result["pdf_latency_s"]
-    by_side = [[side, *(f"{figures[c]['pages_per_s']:.3f}" for c in FIGURES),
-                f"{pdf_s[side]:.1f} s",
-                f"{max(r['other_load_cores'] for r in figures.values()):.2f}"]
-               for side, figures in result["sides"].items()]
-    ratios = [[side, *(f"{ratio[key]:.2f}x" for key in (*FIGURES, "pdf_latency"))]
-              for side, ratio in result["ratio"].items()]
+    if "skipped" in result:
+        return f"Skipped: {result['skipped']}. {report.measured(result)}."
+    by_side = [[side, *(f"{runs[c]['pages_per_s']:.3f}" for c in FIGURES),
+                f"{result['pdf_latency_s'][side]:.1f} s",
+                f"{max(r['other_load_cores'] for r in runs.values()):.2f}"]
+               for side, runs in result["sides"].items()]
     engines = "; ".join(f"{side}: {label}" for side, label in result["ocrfleet_engine"].items())
-    publishable = "yes" if verdict["ok"] else "NO: " + "; ".join(verdict["reasons"])
+    best = result["strongest_paddlex"]
     return "\n".join([
         report.markdown(["side", "pages/s, 1 client", "pages/s, 4 clients",
                          f"{result['pdf_pages']}-page PDF (best of 2)",
                          "other load (cores, worst)"], by_side), "",
         report.markdown(["ocrfleet ÷ PaddleX's strongest setup for each figure",
                          *(f"{c} ({best[c]})" for c in FIGURES), f"PDF latency ({best['pdf']})"],
-                        ratios),
-        f"\nPublishable: {publishable} ({verdict['rules']}). ocrfleet: "
-        f"{result['ocrfleet_setup']}; engines: {engines}. {report.measured(result)}."])
+                        [[side, *(f"{ratio[key]:.2f}x" for key in (*FIGURES, "pdf_latency"))]
+                         for side, ratio in result["ratio"].items()]),
+        f"\nPublishable: {'yes' if verdict['ok'] else 'NO: ' + '; '.join(verdict['reasons'])} "
+        f"({verdict['rules']}). ocrfleet: {result['ocrfleet_setup']}; engines: {engines}. "
+        f"{report.measured(result)}."])
 
 
 if __name__ == "__main__":

@@ -3,13 +3,10 @@ gateway: pages/s of a closed loop of single-page requests (3 x N in flight), the
 PDF sent alone (docs/benchmarks.md; loadtest/README.md, "Scaling", for the columns and knobs).
 Writes scaling.json (DESIGN.md section 5's shape plus details) and scaling.png."""
 
-from __future__ import annotations
-
 import os
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -18,55 +15,38 @@ import requests
 from loadtest import figures, local_fleet, report
 from loadtest.loadgen import post_checked, run_closed_loop
 from loadtest.payloads import Payload, labelled_pdf_payload, small_image_payloads
-from loadtest.procstats import ForeignLoad, group_cpu
+from loadtest.procstats import ForeignLoad
 
 FILE, PLOT = "scaling.json", "scaling.png"
 
 
-@dataclass
-class ScalingSettings:
-    replicas: list[int] = field(default_factory=lambda: [1, 2, 4, 8, 16])
-    page_ms: float = 200.0
-    warmup_s: float = 3.0
-    measure_s: float = 12.0
-    concurrency_per_replica: int = 3
-    pdf_pages: int = 32
-    pdf_repeats: int = 3
-
-    @classmethod
-    def from_env(cls) -> "ScalingSettings":
-        return report.from_env(cls, {
-            "replicas": ("BENCH_REPLICAS", report.int_list),
-            "page_ms": ("BENCH_SIM_PAGE_MS", float), "warmup_s": ("BENCH_WARMUP_S", float),
-            "measure_s": ("BENCH_MEASURE_S", float),
-            "concurrency_per_replica": ("BENCH_CONCURRENCY_PER_REPLICA", int),
-            "pdf_pages": ("BENCH_PDF_PAGES", int), "pdf_repeats": ("BENCH_PDF_REPEATS", int)},
-            warmup_s=1.5, measure_s=5.0, pdf_repeats=1)
+ScalingSettings = report.settings("ScalingSettings", {
+    "replicas": ([1, 2, 4, 8, 16], "BENCH_REPLICAS", report.int_list),
+    "page_ms": (200.0, "BENCH_SIM_PAGE_MS"), "warmup_s": (3.0, "BENCH_WARMUP_S"),
+    "measure_s": (12.0, "BENCH_MEASURE_S"),
+    "concurrency_per_replica": (3, "BENCH_CONCURRENCY_PER_REPLICA"),
+    "pdf_pages": (32, "BENCH_PDF_PAGES"), "pdf_repeats": (3, "BENCH_PDF_REPEATS")},
+    warmup_s=1.5, measure_s=5.0, pdf_repeats=1)
 
 
-def measure_fleet(gateway, replicas: list, settings: ScalingSettings, payloads: list[Payload],
+def measure_fleet(gateway, replicas: list, settings, payloads: list[Payload],
                   pdf: Payload) -> dict[str, Any]:
     """Throughput under saturation, then one PDF's latency alone, through this gateway."""
     url = local_fleet.url_of(gateway)
     concurrency = settings.concurrency_per_replica * len(replicas)
-    gateway_cpu, worker_cpu = group_cpu([gateway]), group_cpu(replicas)
-    with ForeignLoad([gateway, *replicas]) as foreign:
+    with ForeignLoad([gateway, *replicas]) as foreign, ForeignLoad([gateway]) as gateway_cpu, \
+            ForeignLoad(replicas) as workers_cpu:
         load = run_closed_loop(url, payloads, concurrency, duration_s=settings.measure_s,
                                warmup_s=settings.warmup_s, timeout=60)
-    gateway_cpu, worker_cpu = group_cpu([gateway]) - gateway_cpu, group_cpu(replicas) - worker_cpu
-    latencies = load.latencies()
-    pdf_times, pdf_failures = [], []
-    pdf_gateway_cpu, pdf_worker_cpu = group_cpu([gateway]), group_cpu(replicas)
-    with requests.Session() as session:
+    latencies, tries = load.latencies(), []
+    with ForeignLoad([gateway]) as pdf_gateway, ForeignLoad(replicas) as pdf_workers, \
+            requests.Session() as session:
         for _ in range(settings.pdf_repeats):
             time.sleep(0.3)  # let the fleet go idle: the PDF is sent alone
             started = time.perf_counter()
-            ok, why = post_checked(session, f"{url}/ocr", pdf, timeout=120)
-            if ok:
-                pdf_times.append(time.perf_counter() - started)
-            else:
-                pdf_failures.append(why)
-    tries = max(1, settings.pdf_repeats)
+            tries.append((*post_checked(session, f"{url}/ocr", pdf, timeout=120),
+                          time.perf_counter() - started))
+    pdf_times = [seconds for ok, _, seconds in tries if ok]
     return {
         "replicas": len(replicas), "concurrency": concurrency,
         "pages_per_s": load.pages_per_s(), "pages_in_window": len(load.in_window()),
@@ -74,25 +54,23 @@ def measure_fleet(gateway, replicas: list, settings: ScalingSettings, payloads: 
         "latency_p50_s": statistics.median(latencies) if latencies else None,
         "latency_p95_s": latencies[int(0.95 * (len(latencies) - 1))] if latencies else None,
         "client_cpu_per_s": load.client_cpu_s / load.wall_s if load.wall_s else 0.0,
-        "gateway_cpu_per_s": gateway_cpu / load.wall_s,
-        "workers_cpu_per_s": worker_cpu / load.wall_s,
+        "gateway_cpu_per_s": gateway_cpu.cpu_s / load.wall_s,
+        "workers_cpu_per_s": workers_cpu.cpu_s / load.wall_s,
         "other_load_cores": round(foreign.cores, 2),
         "pdf_latency_s": statistics.median(pdf_times) if pdf_times else None,
-        "pdf_latency_tries_s": pdf_times, "pdf_failures": pdf_failures,
+        "pdf_latency_tries_s": pdf_times, "pdf_failures": [why for ok, why, _ in tries if not ok],
         # CPU seconds one PDF costs the gateway (parse, split, fan out, reassemble) and the
         # workers (parse, render each page, encode): on fewer cores than replicas, they add up
-        "pdf_gateway_cpu_s": round((group_cpu([gateway]) - pdf_gateway_cpu) / tries, 4),
-        "pdf_workers_cpu_s": round((group_cpu(replicas) - pdf_worker_cpu) / tries, 4),
-    }
+        "pdf_gateway_cpu_s": round(pdf_gateway.cpu_s / max(1, settings.pdf_repeats), 4),
+        "pdf_workers_cpu_s": round(pdf_workers.cpu_s / max(1, settings.pdf_repeats), 4)}
 
 
-def run(settings: ScalingSettings, log_dir: Path | None = None) -> dict[str, Any]:
-    log_dir = log_dir or report.log_dir("scaling")
+def run(settings, log_dir: Path | None = None) -> dict[str, Any]:
+    log_dir, fleets = log_dir or report.log_dir("scaling"), []
     payloads = small_image_payloads(8, seed=100)
     pdf = labelled_pdf_payload(settings.pdf_pages, seed=7)
-    page_s, pages = settings.page_ms / 1000.0, settings.pdf_pages
-    fleets, env = [], local_fleet.sim_worker_env(settings.page_ms)
-    with local_fleet.workers(max(settings.replicas), env, log_dir, name="sim") as pool:
+    with local_fleet.workers(max(settings.replicas), local_fleet.sim_worker_env(settings.page_ms),
+                             log_dir, name="sim") as pool:
         engines = report.engine_info([local_fleet.url_of(w) for w in pool])
         for n in settings.replicas:
             with local_fleet.gateway([local_fleet.url_of(w) for w in pool[:n]],
@@ -101,14 +79,13 @@ def run(settings: ScalingSettings, log_dir: Path | None = None) -> dict[str, Any
             report.say(f"  N={n:>2}: {fleets[-1]['pages_per_s']:.2f} pages/s, "
                        f"PDF {fleets[-1]['pdf_latency_s'] or float('nan'):.2f} s, "
                        f"failures {fleets[-1]['failures']}")
-    replicas = [f["replicas"] for f in fleets]
-    pps = [f["pages_per_s"] for f in fleets]
+    replicas, pps = [f["replicas"] for f in fleets], [f["pages_per_s"] for f in fleets]
     eff = figures.efficiency(replicas, pps) if 1 in replicas else [None] * len(replicas)
+    page_s, pages = settings.page_ms / 1000.0, settings.pdf_pages
     return {
         "engine": report.engine_label(engines), "service_ms": settings.page_ms,
         "replicas": replicas, "pages_per_s": [round(v, 3) for v in pps],
-        "efficiency": [round(v, 4) if v is not None else None for v in eff],
-        "pdf_pages": pages,
+        "efficiency": [round(v, 4) if v is not None else None for v in eff], "pdf_pages": pages,
         "pdf_latency_s": [round(f["pdf_latency_s"], 3) if f["pdf_latency_s"] else None
                           for f in fleets],
         "pdf_latency_ideal_s": [figures.ideal_pdf_latency(pages, n, page_s) for n in replicas],
@@ -123,9 +100,7 @@ def run(settings: ScalingSettings, log_dir: Path | None = None) -> dict[str, Any
                      "concurrency_per_replica": settings.concurrency_per_replica,
                      "pdf_repeats": settings.pdf_repeats, "request": "single-page PNG image",
                      "gateway_env": {}},
-        "fleets": fleets,
-        **report.stamp(engines),
-    }
+        "fleets": fleets, **report.stamp(engines)}
 
 
 def measure() -> dict[str, Any]:
@@ -174,9 +149,8 @@ def plot(result: dict[str, Any], path: Path) -> Path | None:
     n, pages = result["replicas"], result["pdf_pages"]
     if 1 not in n or None in result["pdf_latency_s"]:
         return None
-    base = result["pages_per_s"][n.index(1)]
-    goal_n = [m for m in n if figures.efficiency_goal(m)]
-    panels = {  # title: the lines, each (N, values, style, label)
+    base, goal_n = result["pages_per_s"][n.index(1)], [m for m in n if figures.efficiency_goal(m)]
+    fig, axes = report.plot_row(f"ocrfleet scaling: {result['engine']}, one gateway, N replicas", {
         "pages/s (single-page requests)": [
             (n, [m * base for m in n], "k--", "ideal: N x pages/s(1)"),
             (n, result["pages_per_s"], "C0o-", "measured")],
@@ -188,21 +162,11 @@ def plot(result: dict[str, Any], path: Path) -> Path | None:
             (n, result["pdf_latency_ideal_s"], "k--",
              f"ideal: ({pages}/N) x {result['service_ms'] / 1000:g} s"),
             (n, result["pdf_latency_goal_s"], "r:", "goal: <= 1.15 x ideal"),
-            (n, result["pdf_latency_s"], "C2o-", "measured")]}
-    fig, axes = report.pyplot().subplots(1, 3, figsize=(15, 4.6))
-    fig.suptitle(f"ocrfleet scaling: {result['engine']}, one gateway, N replicas on loopback")
-    for axis, (title, lines) in zip(axes, panels.items()):
-        for xs, ys, style, label in lines:
-            axis.plot(xs, ys, style, label=label)
+            (n, result["pdf_latency_s"], "C2o-", "measured")]})
+    for axis in axes:
         axis.set_xscale("log", base=2)
         axis.set_xticks(n, [str(m) for m in n])
-        axis.set(title=title, xlabel="replicas N")
-        axis.grid(alpha=0.3)
-        axis.legend(fontsize=8)
-    for axis, ticks in ((axes[0], [m * base for m in n]), (axes[2], result["pdf_latency_ideal_s"])):
-        axis.set_yscale("log")
-        axis.set_yticks(ticks, [f"{t:.3g}" for t in ticks])
-        axis.minorticks_off()
+        axis.set(xlabel="replicas N", yscale="linear" if axis is axes[1] else "log")
     return report.save(fig, path)
 
 

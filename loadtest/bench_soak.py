@@ -1,59 +1,66 @@
 """Worker memory under a long run: one real-engine worker (1 thread) answers 2,000 small text
 images (2 in flight); the RSS of its gunicorn worker process (the forked child that holds the
 model) is sampled every 100 answers. Goal: growth from answer 200 to the end < 5 %. Writes
-soak.json; knobs BENCH_SOAK_REQUESTS, BENCH_SOAK_BASELINE."""
-
-from __future__ import annotations
+soak.json; knobs BENCH_SOAK_REQUESTS, BENCH_SOAK_BASELINE. worker_rss() serves bench_memory too."""
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from loadtest import figures, local_fleet, procstats, report
-from loadtest.loadgen import run_closed_loop
-from loadtest.payloads import small_image_payloads
+from loadtest.loadgen import Completion, run_closed_loop
+from loadtest.payloads import Payload, small_image_payloads
 
 FILE = "soak.json"
 
 
+def worker_rss(env: dict[str, str], payloads: list[Payload], total: int, in_flight: int,
+               timeout: float, log_dir: Path, name: str,
+               sample: Callable[[int, int, Completion], None]) -> dict[str, Any]:
+    """One worker answers `total` requests, `in_flight` at a time; sample(pid, n, completion)
+    after the n-th, pid its forked gunicorn worker (which holds the model): idle at the start,
+    its RSS then (its peak reset), the master's at the end, the load, the engines."""
+    with local_fleet.workers(1, env, log_dir, name=name) as (worker,):
+        url, child = local_fleet.url_of(worker), procstats.gunicorn_worker_pid(worker.pid)
+        procstats.wait_idle(child)
+        procstats.reset_peak_rss(child)
+        start_kib, engines = procstats.rss_kib(child), report.engine_info([url])
+        load = run_closed_loop(url, payloads, in_flight, total_requests=total, timeout=timeout,
+                               on_complete=lambda number, done: sample(child, number, done))
+        return {"start_kib": start_kib, "master_kib": procstats.rss_kib(worker.pid),
+                "load": load, "engines": engines}
+
+
 def run(requests_total: int, baseline_at: int, log_dir: Path, sample_every: int = 100,
         env: dict[str, str] | None = None) -> dict[str, Any]:
-    payloads = small_image_payloads(16, seed=300)
     samples: dict[int, int] = {}  # answers so far -> the forked worker's RSS (KiB)
-    with local_fleet.workers(1, env or local_fleet.real_worker_env(1), log_dir,
-                             name="soak") as (worker,):
-        child = procstats.gunicorn_worker_pid(worker.pid)
-        start_kib = procstats.rss_kib(child)
-        engines = report.engine_info([local_fleet.url_of(worker)])
 
-        def sample(number: int, _completion) -> None:
-            if number % sample_every == 0 or number == baseline_at:
-                samples[number] = procstats.rss_kib(child)
+    def sample(child: int, number: int, _done: Completion) -> None:
+        if number % sample_every == 0 or number == baseline_at:
+            samples[number] = procstats.rss_kib(child)
 
-        load = run_closed_loop(local_fleet.url_of(worker), payloads, 2,
-                               total_requests=requests_total, timeout=60, on_complete=sample)
-        master_kib = procstats.rss_kib(worker.pid)
-    ordered = sorted(samples.items())
+    ran = worker_rss(env or local_fleet.real_worker_env(1), small_image_payloads(16, seed=300),
+                     requests_total, 2, 60, log_dir, "soak", sample)
+    load, ordered = ran["load"], sorted(samples.items())
     base, end = samples.get(baseline_at) or ordered[0][1], ordered[-1][1]
-    return {"engine": report.engine_label(engines), "requests": requests_total,
+    return {"engine": report.engine_label(ran["engines"]), "requests": requests_total,
             "answered": load.ok_count, "failures": load.failure_count,
             "failure_kinds": dict(load.failures.most_common(3)),
-            "pages_per_s": load.ok_count / load.wall_s, "rss_kib_at_start": start_kib,
+            "pages_per_s": load.ok_count / load.wall_s, "rss_kib_at_start": ran["start_kib"],
             "rss_kib_baseline": base, "baseline_at": baseline_at, "rss_kib_end": end,
             "rss_growth": figures.growth(base, end), "rss_growth_goal": figures.RSS_GROWTH_GOAL,
-            "master_rss_kib": master_kib,
+            "master_rss_kib": ran["master_kib"],
             "samples": [{"answered": n, "rss_kib": kib} for n, kib in ordered],
-            **report.stamp(engines)}
+            **report.stamp(ran["engines"])}
 
 
 def rows(result: dict[str, Any]) -> list[list[Any]]:
-    growth = result["rss_growth"]
     return [[f"worker RSS, {result['requests']}-request soak (small images)",
              f"{result['rss_kib_baseline'] / 1024:.0f} MiB at {result['baseline_at']} -> "
              f"{result['rss_kib_end'] / 1024:.0f} MiB at {result['requests']} = "
-             f"{growth * 100:+.1f} %",
-             f"< {result['rss_growth_goal'] * 100:.0f} %",
-             figures.verdict(growth < result["rss_growth_goal"] and not result["failures"])]]
+             f"{result['rss_growth'] * 100:+.1f} %", f"< {result['rss_growth_goal'] * 100:.0f} %",
+             figures.verdict(result["rss_growth"] < result["rss_growth_goal"]
+                             and not result["failures"])]]
 
 
 def measure() -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The benchmarks' load, every answer checked: a closed loop (threads with a keep-alive session
+"""The benchmarks' load, every answer checked: a closed loop (threads, a keep-alive session
 each) for a time or a number of requests, single requests, documents sent at once beside images
 on a schedule, and the rates and percentiles made of them."""
 
@@ -39,8 +39,8 @@ class LoadResult:
     wall_s: float = 0.0
 
     def in_window(self) -> list[Completion]:
-        """Right answers that came back inside the measurement window (in a steady closed
-        loop, counting by finish time is what measures the rate)."""
+        """Right answers that came back inside the window (in a steady closed loop, counting
+        by finish time is what measures the rate)."""
         start, end = self.window
         return [c for c in self.completions if c.ok and start <= c.finished <= end]
 
@@ -53,10 +53,8 @@ class LoadResult:
         return sum(self.failures.values())
 
     def pages_per_s(self) -> float:
-        """Pages per second of right answers in the window (figures.windowed_rate, the ramp a
-        tenth of the window, at most 2 s)."""
-        start, end = self.window
-        done = self.in_window()
+        """Pages/s of right answers in the window (figures.windowed_rate, ramp <= 2 s)."""
+        (start, end), done = self.window, self.in_window()
         return windowed_rate([c.finished for c in done], [c.pages for c in done], start, end,
                              min(2.0, (end - start) / 10))
 
@@ -82,7 +80,7 @@ def send(url: str, payload: Payload, timeout: float = 600,
 def post_checked(session: requests.Session, url: str, payload: Payload,
                  timeout: float) -> tuple[bool, str | None]:
     """(True, None) for a right answer, else (False, what was wrong)."""
-    _status, _seconds, problem = send(url, payload, timeout, session)
+    problem = send(url, payload, timeout, session)[2]
     return problem is None, problem
 
 
@@ -90,11 +88,9 @@ def run_closed_loop(urls: str | list[str], payloads: list[Payload], concurrency:
                     duration_s: float | None = None, warmup_s: float = 0.0,
                     total_requests: int | None = None, timeout: float = 120.0,
                     on_complete: Callable[[int, Completion], None] | None = None) -> LoadResult:
-    """Keep `concurrency` requests in flight. Either for warmup_s + duration_s (the window is
-    the duration after the warm-up), or until total_requests have been answered (the window is
-    the whole run). Threads are bound round-robin to `urls` (one /ocr base URL or several).
-    on_complete(n, completion) is called after the n-th answer (1-based), from the sending
-    thread."""
+    """Keep `concurrency` requests in flight, threads bound round-robin to `urls`: for warmup_s
+    + duration_s (the window: the duration after the warm-up), or until total_requests are
+    answered (the window: the whole run). on_complete(n, completion) follows the n-th answer."""
     if (duration_s is None) == (total_requests is None):
         raise ValueError("give exactly one of duration_s and total_requests")
     urls = [urls] if isinstance(urls, str) else list(urls)
@@ -111,49 +107,40 @@ def run_closed_loop(urls: str | list[str], payloads: list[Payload], concurrency:
                 payload = payloads[(index + turn * concurrency) % len(payloads)]
                 started = time.perf_counter()
                 ok, why = post_checked(session, url, payload, timeout)
-                completion = Completion(started, time.perf_counter(), payload.expected.pages,
-                                        ok, url)
+                done = Completion(started, time.perf_counter(), payload.expected.pages, ok, url)
                 with lock:
-                    result.completions.append(completion)
-                    if why:
-                        result.failures[why] += 1
+                    result.completions.append(done)
+                    result.failures.update([why] if why else [])
                     number = next(done_count)
                 if on_complete:
-                    on_complete(number, completion)
+                    on_complete(number, done)
 
-    cpu_before, wall_before = time.process_time(), time.perf_counter()
-    threads = [threading.Thread(target=loop, args=(i,), daemon=True, name=f"load-{i}")
-               for i in range(concurrency)]
+    cpu_before, began = time.process_time(), time.perf_counter()
+    threads = [threading.Thread(target=loop, args=(i,), daemon=True) for i in range(concurrency)]
     for thread in threads:
         thread.start()
     if duration_s is not None:
-        window_start = wall_before + warmup_s
-        time.sleep(max(0.0, window_start + duration_s - time.perf_counter()))
-        result.window = (window_start, time.perf_counter())
+        stop.wait(max(0.0, began + warmup_s + duration_s - time.perf_counter()))
+        result.window = (began + warmup_s, time.perf_counter())
         stop.set()
     for thread in threads:
         thread.join(timeout + 5)
     if total_requests is not None:
-        result.window = (wall_before, time.perf_counter())
-    result.wall_s = time.perf_counter() - wall_before
+        result.window = (began, time.perf_counter())
+    result.wall_s = time.perf_counter() - began
     result.client_cpu_s = time.process_time() - cpu_before
     return result
 
 
 def images_every(url: str, every_s: float,
                  stop: threading.Event) -> list[tuple[float, bool, float]]:
-    """Single-image requests on a fixed schedule until `stop`; (latency, right, sent at: its
-    perf_counter) each."""
-    images = small_image_payloads(4)
-    results: list[tuple[float, bool, float]] = []
-    lock = threading.Lock()
+    """Single images on a fixed schedule until `stop`: (latency, right, sent at) each."""
+    images, results = small_image_payloads(4), []
 
     def one(payload: Payload) -> None:
-        with requests.Session() as session:
-            started = time.perf_counter()
-            ok, _ = post_checked(session, url, payload, 60)
-            with lock:
-                results.append((time.perf_counter() - started, ok, started))
+        started = time.perf_counter()
+        ok = send(url, payload, 60)[2] is None
+        results.append((time.perf_counter() - started, ok, started))  # atomic append
 
     with ThreadPoolExecutor(32) as pool:
         next_at = time.perf_counter()
@@ -169,10 +156,9 @@ def images_every(url: str, every_s: float,
 def documents_with_images(urls: list[str], pdf: Payload, count: int, every_s: float,
                           watch: Callable | None = None, meter=None):
     """`count` copies of `pdf` sent at once (round-robin over these /ocr URLs) while each URL
-    gets a single image every `every_s`, all inside `meter` (a context manager) after one
-    warm-up image each; watch(urls, stop) runs alongside. Returns per document (status,
-    seconds, problem, finished since the start), the images' (latency, right, sent at), the
-    makespan and the start (perf_counter)."""
+    gets an image every `every_s`, inside `meter` (a context manager), after a warm-up image
+    per URL; watch(urls, stop) runs alongside. Per document (status, seconds, problem, finished
+    since the start), the images' (latency, right, sent at), the makespan and the start."""
     for url in urls:
         send(url, small_image_payloads(1)[0])  # warm connections
     stop = threading.Event()
@@ -181,9 +167,8 @@ def documents_with_images(urls: list[str], pdf: Payload, count: int, every_s: fl
         if watch:
             side.submit(watch, urls, stop)
         started = time.perf_counter()
-        with ThreadPoolExecutor(count) as pool:
-            docs = list(pool.map(lambda i: (*send(urls[i % len(urls)], pdf),
-                                            time.perf_counter() - started), range(count)))
+        docs = at_once(lambda i: (*send(urls[i % len(urls)], pdf),
+                                  time.perf_counter() - started), range(count))
         makespan = time.perf_counter() - started
         stop.set()
         image_results = [r for future in images for r in future.result()]
@@ -198,7 +183,5 @@ def at_once(call: Callable, items) -> list:
 
 
 def p95(values: list[float]) -> float | None:
-    if not values:
-        return None
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)]
+    return ordered[min(len(ordered) - 1, math.ceil(0.95 * len(ordered)) - 1)] if values else None

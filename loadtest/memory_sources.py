@@ -1,11 +1,8 @@
-"""Where a worker's memory goes on large pages (docs/operations.md, "Memory"): the real engine
-(1 thread) in a fresh process per VARIANTS entry (allocator settings, backends) answers ten
-large pages; per page the RSS after it (steady) and the most during it (peak), and the CPU
-seconds of the ten. Then one 300-dpi A4 page's peak split (detector activations vs numpy) and
-OCR_DET_MAX_SIDE's trade (peak and word recall per cap). Writes memory_sources.json.
-Run: python -m loadtest.memory_sources [variant ...] (not part of `make bench`)."""
-
-from __future__ import annotations
+"""Where a worker's memory goes on large pages (docs/operations.md, "Memory"), each step in a
+fresh process with the real engine (1 thread): per VARIANTS entry (allocators, backends) ten
+large pages, each one's peak and the RSS after it (steady), and their CPU seconds; one 300-dpi
+A4 page's peak split; OCR_DET_MAX_SIDE's trade (peak and word recall). Writes
+memory_sources.json. Run: python -m loadtest.memory_sources [variant ...] (not in make bench)."""
 
 import functools
 import gc
@@ -17,7 +14,7 @@ import time
 import tracemalloc
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 from unittest import mock
 
 from loadtest import procstats, report
@@ -40,12 +37,25 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 
-def _mib(read=procstats.rss_kib) -> float:
-    """This process's RSS in MiB (with procstats.peak_rss_kib: its peak since the last reset)."""
-    return read(os.getpid()) / 1024
+def _measured(call: Callable[[], Any], trim: bool = False) -> tuple[Any, float, float, float]:
+    """call()'s result and this process's RSS (MiB) before it, at its peak during it and after
+    it, each of before and after read once garbage is collected (and with `trim`, the heap
+    trimmed)."""
+    from services.ocr_api.heap import malloc_trim
+
+    def settle() -> float:
+        gc.collect()
+        if trim:
+            malloc_trim()
+        return procstats.rss_kib(os.getpid()) / 1024
+
+    base = settle()
+    procstats.reset_peak_rss(os.getpid())
+    out = call()
+    return out, base, procstats.peak_rss_kib(os.getpid()) / 1024, settle()
 
 
-def _engine(**config) -> tuple[Any, Any]:
+def _engine(**config: Any) -> tuple[Any, Any]:
     """A loaded PaddleOCREngine with these WorkerConfig settings, and its PaddleX pipeline."""
     from services.ocr_worker.config import WorkerConfig
     from services.ocr_worker.engine import PaddleOCREngine
@@ -56,12 +66,10 @@ def _engine(**config) -> tuple[Any, Any]:
 
 
 def child(name: str, pages_dir: str) -> dict[str, Any]:
-    """One variant, in this (fresh) process."""
+    """One variant over the pages in `pages_dir`, in this (fresh) process."""
     import cv2
     import numpy as np
     import onnxruntime as ort
-
-    from services.ocr_api.heap import malloc_trim
 
     variant = VARIANTS[name]
     if variant.get("keep_buffers"):  # OpenVINO keeps its buffers at the largest input seen
@@ -69,40 +77,31 @@ def child(name: str, pages_dir: str) -> dict[str, Any]:
         openvino_backend.RELEASE_MIN_VALUES = float("inf")
     engine, inner = _engine(ort_cpu_arena=variant["arena"],
                             backend=variant.get("backend", "onnxruntime"))
-    runners = [inner.text_det_model.runner, inner.text_rec_model.runner]
-    if variant.get("same_as_requested"):
-        info = ort.OrtMemoryInfo("Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0,
-                                 ort.OrtMemType.DEFAULT)
-        ort.create_and_register_allocator(info, ort.OrtArenaCfg(0, 1, -1, -1))
-        for runner in runners:
+    if variant.get("same_as_requested"):  # sessions using an arena allocator registered here
+        ort.create_and_register_allocator(ort.OrtMemoryInfo(
+            "Cpu", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT),
+            ort.OrtArenaCfg(0, 1, -1, -1))
+    run_options = ort.RunOptions()
+    run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
+    for runner in (inner.text_det_model.runner, inner.text_rec_model.runner):
+        if variant.get("same_as_requested"):
             options = runner._build_session_options()
             options.add_session_config_entry("session.use_env_allocators", "1")
-            runner.session = ort.InferenceSession(str(runner._get_model_path()),
-                                                  sess_options=options,
+            runner.session = ort.InferenceSession(str(runner._get_model_path()), options,
                                                   providers=["CPUExecutionProvider"])
-    if variant.get("shrink"):  # PaddleX's runner passes no RunOptions: bind them to run()
-        run_options = ort.RunOptions()
-        run_options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "cpu:0")
-        for runner in runners:
+        if variant.get("shrink"):  # PaddleX's runner passes no RunOptions: bind them to run()
             runner.session.run = functools.partial(runner.session.run, run_options=run_options)
     engine.predict([np.full((96, 480, 3), 255, np.uint8)], {})
-    after_load, pages, started = _mib(), [], time.process_time()
+    after_load, pages = procstats.rss_kib(os.getpid()) / 1024, []
+    started = time.process_time()
     for path in sorted(Path(pages_dir).iterdir()):
-        data = path.read_bytes()
-        procstats.reset_peak_rss(os.getpid())
-        image = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
-        outputs = engine.predict([image], {})
-        texts = len(outputs[0].result_json()["rec_texts"])
-        del image, outputs
-        gc.collect()
-        if variant.get("trim"):
-            malloc_trim()
-        pages.append({"page": path.name, "texts": texts, "peak_mib": _mib(procstats.peak_rss_kib),
-                      "steady_mib": _mib()})
-    cpu_s = round(time.process_time() - started, 1)
+        data = np.frombuffer(path.read_bytes(), np.uint8)
+        texts, _, peak, steady = _measured(lambda: len(engine.predict([cv2.imdecode(
+            data, cv2.IMREAD_COLOR)], {})[0].result_json()["rec_texts"]), variant.get("trim"))
+        pages.append({"page": path.name, "texts": texts, "peak_mib": peak, "steady_mib": steady})
     return {"variant": name, "engine": engine.info, "after_load_mib": after_load, "pages": pages,
-            "cpu_s": cpu_s, "steady_end_mib": pages[-1]["steady_mib"],
-            "steady_max_mib": max(p["steady_mib"] for p in pages),
+            "cpu_s": round(time.process_time() - started, 1),
+            "steady_end_mib": steady, "steady_max_mib": max(p["steady_mib"] for p in pages),
             "peak_max_mib": max(p["peak_mib"] for p in pages)}
 
 
@@ -115,8 +114,7 @@ def peak_split(pages_dir: str) -> dict[str, Any]:
     engine, inner = _engine(ort_cpu_arena=False, backend="onnxruntime")
     page = next(p for p in sorted(Path(pages_dir).iterdir()) if "dense" in p.name)
     image = cv2.imdecode(np.frombuffer(page.read_bytes(), np.uint8), cv2.IMREAD_COLOR)
-    runner = inner.text_det_model.runner
-    seen: dict[str, Any] = {}
+    runner, seen = inner.text_det_model.runner, {}
     original = type(runner).__call__
 
     def spy(self, x=None, **kwargs):
@@ -135,29 +133,16 @@ def peak_split(pages_dir: str) -> dict[str, Any]:
                "decoded_page_mib": image.nbytes / 2**20, **seen}
     for key, arena in (("arena_on", True), ("arena_off", False)):
         options = ort.SessionOptions()
-        options.intra_op_num_threads = 1
-        options.enable_cpu_mem_arena = arena
+        options.intra_op_num_threads, options.enable_cpu_mem_arena = 1, arena
         session = ort.InferenceSession(str(runner._get_model_path()), options,
                                        providers=["CPUExecutionProvider"])
-        x = np.random.default_rng(0).random(seen["input_shape"], dtype=np.float32)
-        gc.collect()
-        base = _mib()
-        procstats.reset_peak_rss(os.getpid())
-        session.run(None, {session.get_inputs()[0].name: x})
-        results[f"det_run_peak_over_input_mib_{key}"] = _mib(procstats.peak_rss_kib) - base
-        results[f"det_run_retained_mib_{key}"] = _mib() - base
-        del session, x
+        feed = {session.get_inputs()[0].name:
+                np.random.default_rng(0).random(seen["input_shape"], dtype=np.float32)}
+        _, base, peak, after = _measured(lambda: len(session.run(None, feed)))
+        results[f"det_run_peak_over_input_mib_{key}"] = peak - base
+        results[f"det_run_retained_mib_{key}"] = after - base
+        del session, feed
     return results
-
-
-def dense_words(seed: int, dpi: int) -> list[str]:
-    """The words samples/documents.dense_page(seed, dpi) prints (the ground truth)."""
-    from samples import documents
-
-    size = max(12, int(dpi * 0.15))
-    height = int(11.69 * dpi)
-    lines = documents.english_lines(int((height - 2 * size * 3) / (size * 1.5)), seed, 9)
-    return " ".join(lines).split()
 
 
 def cap_trade(*caps: str) -> list[dict[str, Any]]:
@@ -166,7 +151,11 @@ def cap_trade(*caps: str) -> list[dict[str, Any]]:
     import numpy as np
 
     from samples import documents, scans
-    from services.ocr_api.heap import malloc_trim
+
+    def dense_words(seed: int, dpi: int) -> list[str]:  # what documents.dense_page prints
+        size = max(12, int(dpi * 0.15))
+        count = int((int(11.69 * dpi) - 2 * size * 3) / (size * 1.5))
+        return " ".join(documents.english_lines(count, seed, 9)).split()
 
     pages = [("dense A4 300 dpi", scans.dense_scan(0), dense_words(0, 300))]
     for points, size, count, seed, words in ((6, 24, 100, 7, 14), (4, 17, 140, 8, 20)):
@@ -180,15 +169,11 @@ def cap_trade(*caps: str) -> list[dict[str, Any]]:
     for cap in map(int, caps):
         inner.text_det_max_side_limit = cap
         for name, image, truth in pages:
-            gc.collect()
-            malloc_trim()
-            base = _mib()
-            procstats.reset_peak_rss(os.getpid())
-            found = " ".join(engine.predict([image], {})[0].result_json()["rec_texts"]).split()
+            found, base, peak, _ = _measured(lambda: " ".join(engine.predict([image], {})[0]
+                                             .result_json()["rec_texts"]).split(), True)
             trade.append({"cap": cap, "page": name, "engine": engine.info,
-                          "peak_over_idle_mib": _mib(procstats.peak_rss_kib) - base,
-                          "word_recall": sum((Counter(truth) & Counter(found)).values())
-                          / len(truth)})
+                          "peak_over_idle_mib": peak - base, "word_recall":
+                          sum((Counter(truth) & Counter(found)).values()) / len(truth)})
     return trade
 
 
@@ -224,35 +209,33 @@ def measure() -> dict[str, Any]:
 
 
 def table(result: dict[str, Any]) -> str:
-    """The allocator variants over ten large pages, one A4 page's peak split, and
-    OCR_DET_MAX_SIDE's trade."""
-    variants = [[v["variant"]] + [f"{v[k]:,.0f}" for k in ("after_load_mib", "steady_end_mib",
-                                                          "peak_max_mib")] + [v.get("cpu_s", "")]
+    """The variants over ten large pages, one A4 page's peak split, OCR_DET_MAX_SIDE's trade."""
+    variants = [[v["variant"], *(f"{v[k]:,.0f}" for k in ("after_load_mib", "steady_end_mib",
+                                                          "peak_max_mib")), v.get("cpu_s", "")]
                 for v in result["variants"]]
-    split = result["peak_split"]
-    parts = [["the decoded page (BGR)", round(split["decoded_page_mib"])],
+    split, trade = result["peak_split"], result["det_cap_trade"]
+    parts = [["the decoded page (BGR)", split["decoded_page_mib"]],
              ["pre-processing, held during detection (numpy, tracemalloc)",
-              round(split["numpy_before_det_mib"])],
+              split["numpy_before_det_mib"]],
              [f"the detector's activations, arena off (on: "
               f"{split['det_run_peak_over_input_mib_arena_on']:,.0f}, and "
               f"{split['det_run_retained_mib_arena_on']:,.0f} kept)",
-              round(split["det_run_peak_over_input_mib_arena_off"])],
-             ["the pipeline's numpy peak overall", round(split["numpy_peak_mib"])]]
-    pages = list(dict.fromkeys(row["page"] for row in result["det_cap_trade"]))
-    caps = list(dict.fromkeys(row["cap"] for row in result["det_cap_trade"]))
+              split["det_run_peak_over_input_mib_arena_off"]],
+             ["the pipeline's numpy peak overall", split["numpy_peak_mib"]]]
+    pages = list(dict.fromkeys(row["page"] for row in trade))
     cell = {(r["cap"], r["page"]): f"+{r['peak_over_idle_mib']:,.0f} MiB, "
-            f"{r['word_recall'] * 100:.1f} %" for r in result["det_cap_trade"]}
+            f"{r['word_recall'] * 100:.1f} %" for r in trade}
     engines = report.engine_label([v["engine"] for v in result["variants"]]
-                                  + [r["engine"] for r in result["det_cap_trade"]])
+                                  + [r["engine"] for r in trade])
     return "\n".join([
         report.markdown(["setting", "after load", "steady after 10 pages", "peak",
                          "CPU s (10 pages)"], variants),
         f"\nOne page's peak ({split['page']}; the detector sees it at "
         f"{' x '.join(str(n) for n in split['input_shape'][2:][::-1])}), MiB:\n",
-        report.markdown(["part", "MiB"], parts),
+        report.markdown(["part", "MiB"], [[part, round(mib)] for part, mib in parts]),
         "\n`OCR_DET_MAX_SIDE`: the peak over idle and the share of the words found:\n",
-        report.markdown(["`OCR_DET_MAX_SIDE`", *pages],
-                        [[cap] + [cell[(cap, page)] for page in pages] for cap in caps]),
+        report.markdown(["`OCR_DET_MAX_SIDE`", *pages], [[cap, *(cell[(cap, page)] for page in
+                        pages)] for cap in dict.fromkeys(row["cap"] for row in trade)]),
         f"\nEngine: {engines}. {report.measured(result)}."])
 
 

@@ -1,7 +1,6 @@
-"""What processes cost (psutil, and /proc where psutil has no word for it): resident memory and
-its peak, CPU seconds, and two samplers for a block of a benchmark: ForeignLoad (CPU: ours, the
-machine's, everyone else's) and PeakRss (a process group's summed RSS); and `apart`, a core of
-its own for a service."""
+"""What processes cost (psutil, and /proc where psutil has no word for it): RSS and its peak,
+CPU seconds, two samplers for a block (ForeignLoad: CPU, ours and everyone else's; PeakRss: a
+process group's summed RSS), and `apart`, a core of its own for a service."""
 
 from __future__ import annotations
 
@@ -11,7 +10,6 @@ import resource
 import threading
 import time
 from pathlib import Path
-from typing import Iterator
 
 import psutil
 
@@ -24,9 +22,8 @@ def rss_kib(pid: int) -> int:
 
 def peak_rss_kib(pid: int) -> int:
     """VmHWM: the most resident memory since the process started or reset_peak_rss."""
-    line = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-                if line.startswith("VmHWM:"))
-    return int(line.split()[1])
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return int(next(line for line in status if line.startswith("VmHWM:")).split()[1])
 
 
 def reset_peak_rss(pid: int) -> bool:
@@ -43,33 +40,36 @@ def group_pids(pgid: int) -> list[int]:
     return sorted(pid for pid, _state in group_members(pgid))
 
 
+def _each(pids, read) -> list:
+    """read(psutil.Process) of each process still there."""
+    found = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            found.append(read(psutil.Process(pid)))
+    return found
+
+
 def group_cpu(processes) -> float:
     """User + system CPU seconds so far of these services (ManagedProcess), all their processes."""
-    total = 0.0
-    for pid in (pid for process in processes for pid in group_pids(process.pid)):
-        try:
-            total += sum(psutil.Process(pid).cpu_times()[:2])
-        except psutil.Error:
-            continue
-    return total
+    pids = [pid for process in processes for pid in group_pids(process.pid)]
+    return sum(_each(pids, lambda p: sum(p.cpu_times()[:2])))
 
 
 @contextlib.contextmanager
-def apart(processes, others) -> Iterator[bool]:
-    """`processes` (services: every thread of every process of each) on the first core and
-    `others` on the rest, where they stay (a benchmark stops them after), and this thread (the
-    load) on the rest while the block runs: so the CPU time of `processes` is their own work,
-    not their share of contended cores. False, and nothing moved, with a single core. Threads
-    started later run where the thread that starts them does."""
+def apart(processes, others):
+    """`processes` (every thread of every process of each service) on the first core, `others`
+    on the rest, where they stay, and this thread (the load) on the rest while the block runs:
+    the CPU time of `processes` is then their own work, not a share of contended cores. False,
+    and nothing moved, with a single core."""
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < 2:
         yield False
         return
     for group, where in ((processes, cores[:1]), (others, cores[1:])):
-        for pid in (pid for process in group for pid in group_pids(process.pid)):
-            with contextlib.suppress(psutil.Error, OSError):
-                for thread in psutil.Process(pid).threads():
-                    os.sched_setaffinity(thread.id, where)
+        pids = [pid for process in group for pid in group_pids(process.pid)]
+        for thread in (t for threads in _each(pids, psutil.Process.threads) for t in threads):
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(thread.id, where)
     os.sched_setaffinity(0, cores[1:])
     try:
         yield True
@@ -91,16 +91,10 @@ def gunicorn_worker_pid(master_pid: int) -> int:
     return kids[0].pid
 
 
-def _busy_seconds() -> float:
-    """CPU seconds all cores of this machine have been busy since boot."""
-    times = psutil.cpu_times()
-    return sum(times) - times.idle - times.iowait
-
-
 class ForeignLoad:
     """CPU over a block: `cpu_s` of these services, `busy` (the machine's busy share of its
-    cores) and `cores`: the cores processes other than ours (these services, this process and
-    its children) kept busy per wall second. A figure measured while that is large is not
+    cores) and `cores`: the cores other processes (not these services, this process or its
+    children) kept busy per wall second. A figure measured while that is large is not
     trustworthy on a 2-core machine."""
 
     def __init__(self, processes=()):
@@ -108,10 +102,11 @@ class ForeignLoad:
         self.cores = self.cpu_s = self.busy = 0.0
 
     def _marks(self) -> tuple[float, ...]:
-        services = group_cpu(self.processes)
-        return services, services + self_cpu(), _busy_seconds(), time.perf_counter()
+        services, times = group_cpu(self.processes), psutil.cpu_times()
+        busy = sum(times) - times.idle - times.iowait
+        return services, services + self_cpu(), busy, time.perf_counter()
 
-    def __enter__(self) -> "ForeignLoad":
+    def __enter__(self) -> ForeignLoad:
         self._start = self._marks()
         return self
 
@@ -131,15 +126,9 @@ class PeakRss:
         self._stop = threading.Event()
 
     def now(self) -> int:
-        total = 0
-        for pid in group_pids(self.pgid):
-            try:
-                total += rss_kib(pid)
-            except psutil.Error:
-                continue
-        return total
+        return sum(_each(group_pids(self.pgid), lambda p: p.memory_info().rss // 1024))
 
-    def __enter__(self) -> "PeakRss":
+    def __enter__(self) -> PeakRss:
         self._stop.clear()
         self.peak = self.now()
         self._thread = threading.Thread(target=self._sample, daemon=True)
@@ -157,18 +146,19 @@ class PeakRss:
 
 
 def wait_idle(pid: int, timeout: float = 10.0) -> bool:
-    """Wait until none of the process's threads runs (R) or waits on the disk (D) for 3 reads in
-    a row (say, a worker trimming its heap after an answer). False if it stays busy."""
+    """Wait until none of the process's threads runs (R) or waits on the disk (D) for 3 reads
+    in a row (a worker trimming its heap after an answer, say). False if it stays busy."""
     deadline, quiet = time.monotonic() + timeout, 0
-    while time.monotonic() < deadline:
-        states = []
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            try:
-                states.append((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
-            except (OSError, IndexError):
-                continue
-        quiet = 0 if {"R", "D"} & set(states) else quiet + 1
-        if quiet >= 3:
-            return True
-        time.sleep(0.02)
-    return False
+    while time.monotonic() < deadline and quiet < 3:
+        quiet = 0 if {"R", "D"} & _thread_states(pid) else quiet + 1
+        if quiet < 3:
+            time.sleep(0.02)
+    return quiet >= 3
+
+
+def _thread_states(pid: int) -> set[str]:
+    states = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError, IndexError):
+            states.add((task / "stat").read_text().rsplit(")", 1)[1].split()[0])
+    return states

@@ -1,14 +1,13 @@
-"""The benchmark harness's reports: BENCH_* knobs, where and how a result was produced
-(stamp(): when, command, commit, machine, its load, the engines the workers report), Markdown
-tables, JSON under bench/results/, matplotlib, and main(), which runs one benchmark module.
-
-A benchmark module defines FILE (its JSON name) and measure() (the result, stamp() in it);
-optionally rows(result) (its rows in `make bench`'s summary: HEADERS; a part of `make bench`
-has them), wrong_answers(result) (else the result's "failures"), table(result) (Markdown: the
-console's and the docs' table, loadtest.doc_tables) and plot(result, path) with PLOT."""
+"""The benchmarks' reports: BENCH_* knobs, provenance (stamp(): when, command, commit, machine,
+its load, the engines the workers report), Markdown tables, JSON under RESULTS_DIR, plots, and
+main(). A benchmark module has FILE and measure(); optionally rows(result) (`make bench`'s
+summary, HEADERS), wrong_answers(result) (else "failures"), table(result) (its console and docs
+table, loadtest.doc_tables) and plot(result, path) with PLOT."""
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import os
 import platform
@@ -17,8 +16,9 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import field, make_dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import requests
 
@@ -37,24 +37,32 @@ def quick() -> bool:
 
 
 def knob(name: str, default: float, quick_default: float | None = None) -> int:
-    """An integer BENCH_* knob: the environment's value, else the (quick) default."""
-    return int(os.environ.get(name) or (quick_default if quick_default is not None and quick()
-                                        else default))
+    """An integer knob: the environment's value, else the (BENCH_QUICK) default."""
+    fallback = quick_default if quick_default is not None and quick() else default
+    return int(os.environ.get(name) or fallback)
 
 
-def from_env(cls, knobs: dict[str, tuple[str, Callable[[str], Any]]], **quick_values):
-    """A settings dataclass: its defaults (`quick_values` with BENCH_QUICK), then each knob set
-    in the environment (field -> (variable, parser))."""
-    values = dict(quick_values) if quick() else {}
-    values.update({name: parse(os.environ[variable]) for name, (variable, parse)
-                   in knobs.items() if os.environ.get(variable)})
-    return cls(**values)
+def settings(name: str, knobs: dict[str, tuple], **quick_values: Any) -> type:
+    """A settings dataclass from field -> (default, its BENCH_* variable or None[, a parser;
+    else the default's type]). Its from_env(): the defaults (`quick_values` with BENCH_QUICK),
+    then each variable set in the environment."""
+    made = make_dataclass(name, [(key, Any, field(default_factory=functools.partial(
+        copy.deepcopy, default))) for key, (default, *_) in knobs.items()])
+
+    def from_env(cls):
+        values = dict(quick_values) if quick() else {}
+        values.update({key: (parse[0] if parse else type(default))(os.environ[variable])
+                       for key, (default, variable, *parse) in knobs.items()
+                       if variable and os.environ.get(variable)})
+        return cls(**values)
+
+    made.from_env = classmethod(from_env)
+    return made
 
 
 def names(variable: str, default: str = "") -> list[str]:
-    """A comma-separated knob (else `default`) as its stripped, non-empty items."""
-    return [word.strip() for word in (os.environ.get(variable) or default).split(",")
-            if word.strip()]
+    """A comma-separated knob's non-empty items."""
+    return [w.strip() for w in (os.environ.get(variable) or default).split(",") if w.strip()]
 
 
 def int_list(text: str) -> list[int]:
@@ -74,9 +82,8 @@ def log_dir(name: str) -> Path:
 # ---- provenance ------------------------------------------------------------------------------
 def machine() -> dict[str, Any]:
     """CPU model, cores, and whether the CPU computes in bf16 (avx512_bf16 / amx_bf16)."""
-    info = dict(line.split(":", 1) for line in Path("/proc/cpuinfo").read_text().split("\n\n")[0]
-                .splitlines() if ":" in line)
-    info = {key.strip(): value.strip() for key, value in info.items()}
+    first = Path("/proc/cpuinfo").read_text().split("\n\n")[0].splitlines()
+    info = {k.strip(): v.strip() for k, v in (line.split(":", 1) for line in first if ":" in line)}
     bf16 = sorted(set(info.get("flags", "").split()) & {"avx512_bf16", "amx_bf16"})
     return {"cpus": os.cpu_count(), "cpu_model": info.get("model name", ""), "bf16": bool(bf16),
             "bf16_flags": bf16, "platform": platform.platform(),
@@ -89,28 +96,26 @@ def commit() -> str:
         return subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True,
                               text=True).stdout.strip()
 
-    head = git("rev-parse", "--short=12", "HEAD") or "unknown"
-    return head + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return (git("rev-parse", "--short=12", "HEAD") or "unknown") + ("-dirty" if dirty else "")
 
 
 _PRIVATE = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|URL")
 
 
 def command() -> str:
-    """How this run was started, as typed in a checkout: `python -m` the module, with the
-    BENCH_* knobs and the services' settings (GATEWAY_*, OCR_*; no keys, tokens, passwords or
-    URLs) in front."""
+    """The run as typed in a checkout (`python -m` the module), the BENCH_* knobs and services'
+    settings (GATEWAY_*, OCR_*; no keys, tokens, passwords or URLs) in front."""
     program = Path(sys.argv[0]).resolve() if sys.argv and sys.argv[0] else None
     words = ["python", *sys.argv]
     if program and program.suffix == ".py" and REPO_ROOT in program.parents:
-        words = ["python", "-m", ".".join(program.relative_to(REPO_ROOT).with_suffix("").parts),
-                 *sys.argv[1:]]
-    knobs = [f"{k}={v}" for k, v in sorted(os.environ.items())
-             if k.startswith(("BENCH_", "GATEWAY_", "OCR_")) and not _PRIVATE.search(k)]
-    return " ".join(knobs + words)
+        module = ".".join(program.relative_to(REPO_ROOT).with_suffix("").parts)
+        words = ["python", "-m", module, *sys.argv[1:]]
+    return " ".join([f"{k}={v}" for k, v in sorted(os.environ.items()) if k.startswith(
+        ("BENCH_", "GATEWAY_", "OCR_")) and not _PRIVATE.search(k)] + words)
 
 
-_load: list[float] = []
+_load: list[float] = []  # 1-minute load averages since begin(), every 5 s (appends are atomic)
 
 
 def begin() -> None:
@@ -119,7 +124,7 @@ def begin() -> None:
 
 
 def _sample_load() -> None:
-    while True:  # one append at a time: atomic, no lock needed
+    while True:
         time.sleep(5)
         _load.append(os.getloadavg()[0])
 
@@ -140,19 +145,17 @@ def engine_info(urls: Sequence[str]) -> list[dict[str, str]]:
 
 
 def engine_label(engines: list[dict[str, str]]) -> str:
-    """One line for a table or a plot: "paddleocr PP-OCRv6_tiny_det + PP-OCRv6_tiny_rec,
-    openvino bf16, cpu, 1 thread" (engines that differ joined with " | ")."""
-    def one(info: dict[str, str]) -> str:
-        if info.get("engine") == "sim":
-            return f"sim ({float(info.get('page_ms') or 'nan'):g} ms/page)"
-        threads = info.get("threads")
-        return ", ".join(part for part in (
-            f"{info.get('engine', '?')} {info.get('det_model', '?')} + "
-            f"{info.get('rec_model', '?')}",
-            " ".join(filter(None, (info.get("backend"), info.get("precision")))),
-            info.get("device"),
-            f"{threads} thread{'s' if threads != '1' else ''}" if threads else "") if part)
-    return " | ".join(one(info) for info in distinct(engines)) or "unknown (no worker answered)"
+    """"paddleocr PP-OCRv6_tiny_det + PP-OCRv6_tiny_rec, openvino bf16, cpu, 1 thread"; engines
+    that differ are joined with " | "."""
+    def one(e: dict[str, str]) -> str:
+        if e.get("engine") == "sim":
+            return f"sim ({float(e.get('page_ms') or 'nan'):g} ms/page)"
+        threads = e.get("threads")
+        return ", ".join(filter(None, (
+            f"{e.get('engine', '?')} {e.get('det_model', '?')} + {e.get('rec_model', '?')}",
+            " ".join(filter(None, (e.get("backend"), e.get("precision")))), e.get("device"),
+            threads and f"{threads} thread{'s' if threads != '1' else ''}")))
+    return " | ".join(one(e) for e in distinct(engines)) or "unknown (no worker answered)"
 
 
 def distinct(items: list) -> list:
@@ -160,19 +163,15 @@ def distinct(items: list) -> list:
 
 
 def stamp(engines: list[dict[str, str]] | None = None) -> dict[str, Any]:
-    """Where and how a result was produced: when, the exact command, the commit, the machine,
-    its 1-minute load average meanwhile (sampled every 5 s), and the engines the workers
-    reported (where it ran workers)."""
-    samples = [*_load, os.getloadavg()[0]]
+    """Where and how a result was made: when, the command, the commit, the machine, its load
+    meanwhile, and the engines the workers reported (where it ran workers)."""
+    load = [*_load, os.getloadavg()[0]]
     made = {"measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": command(),
             "commit": commit(), "machine": machine(),
-            "load": {"loadavg_1m_start": round(samples[0], 2),
-                     "loadavg_1m_end": round(samples[-1], 2),
-                     "loadavg_1m_max": round(max(samples), 2), "samples": len(samples),
+            "load": {"loadavg_1m_start": round(load[0], 2), "loadavg_1m_end": round(load[-1], 2),
+                     "loadavg_1m_max": round(max(load), 2), "samples": len(load),
                      "cores": os.cpu_count()}}
-    if engines is not None:
-        made["engines"] = distinct(engines)
-    return made
+    return made if engines is None else {**made, "engines": distinct(engines)}
 
 
 # ---- writing, printing, running --------------------------------------------------------------
@@ -183,24 +182,20 @@ def write_json(name: str, data: dict[str, Any]) -> Path:
 
 
 def markdown(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A Markdown table: what the console prints and the docs hold (loadtest.doc_tables)."""
-    out = ["| " + " | ".join(headers) + " |", "|" + " --- |" * len(headers)]
-    return "\n".join(out + ["| " + " | ".join(_fmt(v) for v in row) + " |" for row in rows])
-
-
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.3f}" if abs(value) < 10 else f"{value:.1f}"
-    return str(value)
+    """A Markdown table (None as "-", floats to 3 decimals, or 1 from 10 on)."""
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.3f}" if abs(v) < 10 else f"{v:.1f}"
+        return "-" if v is None else str(v)
+    return "\n".join(["| " + " | ".join(headers) + " |", "|" + " --- |" * len(headers)]
+                     + ["| " + " | ".join(map(cell, row)) + " |" for row in rows])
 
 
 def measured(result: dict[str, Any]) -> str:
-    """Where a result came from (stamp()), as the sentence every docs table ends with."""
+    """The sentence every docs table ends with: where the result came from."""
+    cpu = result["machine"]
     return (f"Measured {result['measured_at']} at commit {result.get('commit', '?')} on "
-            f"{result['machine']['cpus']} × {result['machine']['cpu_model']}: "
-            f"`{result['command']}`")
+            f"{cpu['cpus']} × {cpu['cpu_model']}: `{result['command']}`")
 
 
 def noise(*runs: dict[str, Any]) -> str:
@@ -215,7 +210,7 @@ def wrong_answers(bench, result: dict[str, Any]) -> int:
 
 
 def run(bench) -> tuple[dict[str, Any], list[list[Any]]]:
-    """One benchmark: measure, write its JSON (and plot), return the result and its rows."""
+    """One benchmark: measure, write its JSON (and plot); the result and its summary rows."""
     begin()
     result = bench.measure()
     say(f"wrote {write_json(bench.FILE, result)}")
@@ -245,3 +240,17 @@ def save(fig, path: Path) -> Path:
     fig.savefig(path, dpi=110)
     pyplot().close(fig)
     return path
+
+
+def plot_row(title: str, panels: dict[str, list]):
+    """A figure of one row of panels, each title: [(xs, ys, matplotlib style, label)]; the figure
+    and its axes."""
+    fig, axes = pyplot().subplots(1, len(panels), figsize=(5 * len(panels), 4.8))
+    fig.suptitle(title, fontsize=11)
+    for axis, (name, lines) in zip(axes, panels.items()):
+        for xs, ys, style, label in lines:
+            axis.plot(xs, ys, style, label=label)
+        axis.set_title(name, fontsize=10)
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    return fig, axes

@@ -150,20 +150,20 @@ def test_memory_benchmark_smoke(tmp_path):
     from loadtest import bench_memory
     from loadtest.payloads import small_image_payloads
 
-    result = bench_memory.run_worker(local_fleet.sim_worker_env(0), small_image_payloads(2),
-                                     4, tmp_path / "logs", "memory")
-    assert result["failures"] == 0 and len(result["pages"]) == 4
-    assert all(r["peak_kib"] >= r["steady_kib"] > 0 for r in result["pages"])
     limit = bench_memory.memory_limit_bytes()
     assert limit >= 1 << 30  # the CPU overlay's worker limit, parsed from the manifest
-    summary = bench_memory.summarise(result, limit, cycle=2)
-    assert set(summary["steady_mib_at"]) == {"1"}
-    assert summary["peak_share_of_limit"] < 1
-    rows = bench_memory.rows({**summary, "pages": 4, "failures": 0, "growth_goal": 0.1,
-                              "headroom_goal": 0.25})
+    payloads = small_image_payloads(2)
+    result = bench_memory.run_worker(local_fleet.sim_worker_env(0), payloads, 4,
+                                     tmp_path / "logs", "memory", limit)
+    assert result["failures"] == 0 and len(result["per_page"]) == 4
+    assert [r["name"] for r in result["per_page"]] == [p.name for p in payloads] * 2
+    assert all(r["ok"] and r["peak_kib"] >= r["steady_kib"] > 0 for r in result["per_page"])
+    assert set(result["steady_mib_at"]) == {"1"}
+    assert result["peak_share_of_limit"] < 1
+    rows = bench_memory.rows({**result, "pages": 4, "growth_goal": 0.1, "headroom_goal": 0.25})
     assert len(rows) == 3 and all(len(row) == 4 for row in rows)
-    assert bench_memory.parse_quantity("3Gi") == 3 << 30
-    assert bench_memory.parse_quantity("1500Mi") == 1500 << 20
+    assert bench_memory.memory_limit_bytes("3Gi") == 3 << 30
+    assert bench_memory.memory_limit_bytes("1500Mi") == 1500 << 20
 
 
 def test_generated_scans_have_the_promised_sizes():
