@@ -74,6 +74,29 @@ def test_a_header_carries_the_senders_own_entry_and_workers_in_turn_within_its_s
     assert len(board.header()) <= MAX_SENT_CHARS
 
 
+def test_past_16_gateway_processes_every_one_is_passed_on_within_a_few_messages():
+    """Each process says five kinds of entries: 40 processes' are 5 KB, more than a message
+    carries. Those that fit go in turn, each process's together, after the sender's own and
+    its share of the workers."""
+    board = Board(clock=Clock(), max_workers=8)
+    for i in range(16):
+        board.say("w", f"w{i:03d}", 1, 1.5)
+    for i in range(40):
+        for kind in ("c", "h", "f", "s", "u"):
+            board.say(kind, f"g{i:03d}", 1, 1)
+    relayed: dict[str, set[str]] = {}
+    for _ in range(4):
+        items = [item.split(":") for item in board.header([("c", "g000"), ("h", "g000")])
+                 .split(",")]
+        assert [item[:2] for item in items[:2]] == [["c", "g000"], ["h", "g000"]]
+        assert sum(kind == "w" for kind, *_ in items) == 8
+        for kind, id, *_ in items[2:]:
+            relayed.setdefault(id, set()).add(kind)
+    others = {f"g{i:03d}" for i in range(1, 40)}
+    assert others <= relayed.keys()  # every other process within four messages
+    assert all(relayed[id] == {"c", "h", "f", "s", "u"} for id in others)  # all its entries
+
+
 # ---- a worker's target ---------------------------------------------------------------------
 def test_a_worker_holds_about_one_page_when_pages_are_long_next_to_the_gap():
     pace = Pace(batch=1)

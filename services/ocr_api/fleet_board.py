@@ -29,7 +29,8 @@ so no clock is shared) and carried with its age (seconds since its owner last sa
 A gateway sends its own entry and everything it knows on each page; a worker merges what it
 is sent and answers with its own entry and its board. An entry thus reaches every gateway
 within a few round trips, through whichever workers they share. Workers are many, so a
-message carries at most `max_workers` worker entries, chosen in turn. Pure: the clock is
+message carries at most `max_workers` worker entries, chosen in turn; and the other clients'
+entries that fit in MAX_SENT_CHARS (about 13 gateway processes' worth), in turn too. Pure: the clock is
 injected, and nothing here does I/O. Malformed entries are ignored (the header is
 internal, but never trusted)."""
 
@@ -73,6 +74,7 @@ class Board:
         self._lock = threading.Lock()
         self._entries: dict[tuple[str, str], Entry] = {}
         self._turn = itertools.count()
+        self._next_client = 0  # the other client whose entries the next header starts with
 
     # ---- writing -----------------------------------------------------------------------------
     def say(self, kind: str, id: str, seq: int, value: float) -> None:
@@ -129,26 +131,47 @@ class Board:
         return self.live()["w"]
 
     def header(self, first: Iterable[tuple[str, str]] = ()) -> str:
-        """What to send: the entries keyed in `first` (the sender's own), every live client,
-        and up to `max_workers` other workers, chosen in turn; at most MAX_SENT_CHARS."""
+        """What to send, at most MAX_SENT_CHARS: the entries keyed in `first` (the sender's
+        own), up to `max_workers` other workers, then the other clients' entries (each
+        client's together) as many as fit; workers and clients both chosen in turn, so that
+        past about 16 gateway processes every one is still passed on within a few messages."""
         now = self.clock()
         wanted = set(first)
         live = self.live()
-        clients = [e for kind in CLIENT_KINDS for e in live[kind]]
-        own = [e for e in clients + live["w"] if (e.kind, e.id) in wanted]
-        clients = [e for e in clients if (e.kind, e.id) not in wanted]
+        own = [e for kind in KINDS for e in live[kind] if (e.kind, e.id) in wanted]
         workers = sorted((e for e in live["w"] if (e.kind, e.id) not in wanted),
                          key=lambda e: e.id)  # ids are random: new and old ones mixed
-        if workers:
-            start = next(self._turn) * self.max_workers % len(workers)
-            workers = workers[start:] + workers[:start]
-        text = ""
-        for entry in own + clients + workers[:self.max_workers]:
-            item = _format(entry, now)
-            if len(text) + len(item) + 1 > MAX_SENT_CHARS:
-                break
-            text = f"{text},{item}" if text else item
+        by_client: dict[str, list[Entry]] = {}
+        for entry in (e for kind in CLIENT_KINDS for e in live[kind]):
+            if (entry.kind, entry.id) not in wanted:
+                by_client.setdefault(entry.id, []).append(entry)
+        clients = [by_client[id] for id in sorted(by_client)]
+        with self._lock:
+            turn, start = next(self._turn), self._next_client
+        workers = _in_turn(workers, turn * self.max_workers)[:self.max_workers]
+        text, _ = _fit("", [own, *([e] for e in workers)], now)
+        text, sent = _fit(text, _in_turn(clients, start), now)
+        with self._lock:
+            self._next_client = start + sent
         return text
+
+
+def _in_turn(items: list, start: int) -> list:
+    """The items from the `start`-th on (modulo their number), then the ones before."""
+    start = start % len(items) if items else 0
+    return items[start:] + items[:start]
+
+
+def _fit(text: str, groups: Iterable[list[Entry]], now: float) -> tuple[str, int]:
+    """`text` with whole groups of entries added, in order, while it stays within
+    MAX_SENT_CHARS; and how many groups were added."""
+    added = 0
+    for group in groups:
+        longer = ",".join(filter(None, [text, *(_format(e, now) for e in group)]))
+        if len(longer) > MAX_SENT_CHARS:
+            break
+        text, added = longer, added + 1
+    return text, added
 
 
 def _format(entry: Entry, now: float) -> str:
