@@ -21,7 +21,7 @@ from services.ocr_api import tracing
 
 from . import metrics
 from .fleet import FleetView
-from .outcome import Outcome, classify
+from .outcome import Attempt, Outcome, classify
 from .upstreams import Replica
 
 log = logging.getLogger("gateway.dispatch")
@@ -36,25 +36,6 @@ class DispatchSettings:
     # new connection. A k8s Service balances connections, not requests, so the try after a
     # refusal would meet the same pod again on a pooled one. (A list picks the worker.)
     balanced: bool = False
-
-
-@dataclass
-class Attempt:
-    """One attempt's answer: the outcome, the HTTP status (None: no answer), the parsed body,
-    and what the worker said: its room, when to come back, its id and its fleet board."""
-
-    outcome: Outcome
-    status: int | None
-    payload: dict[str, Any]
-    message: str
-    capacity: int | None = None
-    free: int | None = None
-    retry_after_s: float | None = None
-    worker: str | None = None
-    board: str | None = None
-    timed_out: bool = False  # no answer within the time allowed (a 504 to the caller)
-    engine: str | None = None  # the engine identity the replica says it runs (page cache)
-    seconds: float = 0.0  # from sending to the whole answer
 
 
 def make_pool(maxsize: int) -> urllib3.PoolManager:

@@ -1,10 +1,13 @@
 """What one attempt to send a chunk to a replica came to: the one classification that the
 scheduler (retry or not), the replica set (eject or not, grow or shrink its limit) and the
-metrics all read. Busy is not down: a worker's 503 or 429 is backpressure, never a failure."""
+metrics all read, and the answer it books (Attempt). Busy is not down: a worker's 503 or 429
+is backpressure, never a failure."""
 
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
+from typing import Any
 
 
 class Outcome(enum.Enum):
@@ -34,3 +37,22 @@ def classify(status: int | None, later: bool = False) -> Outcome:
     if status >= 500:
         return Outcome.FAILED
     return Outcome.REJECTED
+
+
+@dataclass
+class Attempt:
+    """One attempt's answer: the outcome, the HTTP status (None: no answer), the parsed body,
+    and what the worker said: its room, when to come back, its id and its fleet board."""
+
+    outcome: Outcome
+    status: int | None
+    payload: dict[str, Any]
+    message: str
+    capacity: int | None = None
+    free: int | None = None
+    retry_after_s: float | None = None
+    worker: str | None = None
+    board: str | None = None
+    timed_out: bool = False  # no answer within the time allowed (a 504 to the caller)
+    engine: str | None = None  # the engine identity the replica says it runs (page cache)
+    seconds: float = 0.0  # from sending to the whole answer

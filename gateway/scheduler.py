@@ -39,8 +39,8 @@ from . import assemble, lead, metrics
 from .assemble import PageOutcome
 from .backoff import Backoff
 from .budget import RetryBudget
-from .dispatch import Attempt, ReplicaClient
-from .outcome import Outcome
+from .dispatch import ReplicaClient
+from .outcome import Attempt, Outcome
 from .reserve import PageTime, UrgentLoad
 from .split import Chunk
 from .upstreams import MODE_LOAD_BALANCER, NoReplicas, Replica, ReplicaSet

@@ -48,16 +48,13 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import Callable, Mapping
 
 from services.ocr_api import headers as h
 
 from .backoff import Backoff
 from .fleet import MAX_PROBE_ROUND, FleetView, Share, dither, slots_of
-from .outcome import Outcome
-
-if TYPE_CHECKING:
-    from .dispatch import Attempt
+from .outcome import Attempt, Outcome
 
 log = logging.getLogger("gateway.upstreams")
 
@@ -291,7 +288,7 @@ class ReplicaSet:
             replica.inflight -= 1
         self._notify()
 
-    def release(self, replica: Replica, attempt: "Attempt") -> None:
+    def release(self, replica: Replica, attempt: Attempt) -> None:
         """Book the answer of one attempt: its outcome, and what the worker said (its room,
         its id, the fleet board)."""
         self.fleet.heard(attempt.board)

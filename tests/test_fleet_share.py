@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from gateway import lead
-from gateway.dispatch import Attempt
+from gateway.outcome import Attempt
 from gateway.fleet import REBUILD_S, FleetView, dither, slots_of
 from gateway.outcome import Outcome
 from gateway.upstreams import MODE_LIST, MODE_LOAD_BALANCER, ReplicaSet

@@ -12,7 +12,7 @@ import pytest
 
 from gateway.admission import FrontDoor
 from gateway.budget import RetryBudget
-from gateway.dispatch import Attempt
+from gateway.outcome import Attempt
 from gateway.outcome import Outcome, classify
 from gateway.scheduler import BATCH, INTERACTIVE, START_WITHIN_S, Document, FairQueue, \
     Scheduler, SchedulerSettings

@@ -8,8 +8,7 @@ import pytest
 
 from gateway import assemble
 from gateway.config import GatewayConfig
-from gateway.dispatch import Attempt
-from gateway.outcome import Outcome
+from gateway.outcome import Attempt, Outcome
 from gateway.outputs import paddlex
 from gateway.split import PdfCutter, group_pages
 from gateway.upstreams import MODE_DNS, MODE_LIST, NoReplicas, ReplicaSet

@@ -18,16 +18,26 @@ import threading
 from flask import Flask
 
 from services.ocr_api.logs import redact_url
+from services.ocr_api.url_input import SafeHttpClient
 
 from ..config import GatewayConfig
 from .api import create_blueprint
-from services.ocr_api.url_input import SafeHttpClient
-
 from .callbacks import CallbackSender, callback_client
 from .runner import JobRunner
-from .store import JobStore, Limits, open_store
+from .store import JobStore, Limits
 
 log = logging.getLogger("gateway.jobs")
+
+
+def open_store(redis_url: str | None, sqlite_path: str) -> JobStore:
+    """Redis when a URL is configured, else the embedded SQLite file."""
+    if redis_url:
+        from .store_redis import RedisJobStore
+
+        return RedisJobStore(redis_url)
+    from .store_sqlite import SqliteJobStore
+
+    return SqliteJobStore(sqlite_path)
 
 
 class Jobs:

@@ -109,13 +109,3 @@ def check_limits(usage: Usage, new_bytes: int, limits: Limits) -> None:
                                      f"{limits.max_stored_bytes}: delete finished jobs "
                                      "(DELETE /jobs/{id}) or wait for their results to expire")
 
-
-def open_store(redis_url: str | None, sqlite_path: str) -> JobStore:
-    """Redis when a URL is configured, else the embedded SQLite file."""
-    if redis_url:
-        from .store_redis import RedisJobStore
-
-        return RedisJobStore(redis_url)
-    from .store_sqlite import SqliteJobStore
-
-    return SqliteJobStore(sqlite_path)
