@@ -6,6 +6,7 @@ growth 16 -> 64 -> 32 replicas mid-run and the routing cost of one gateway core
 Its run_shapes() serves bench_overload too."""
 
 import base64
+import bisect
 import io
 import json
 import statistics
@@ -58,13 +59,22 @@ class PageCounter(list):
                 float(line.rsplit(" ", 1)[1]) for text in texts for line in text.splitlines()
                 if line.startswith('ocr_gateway_attempts_total{outcome="ok"}'))))
 
-    def rate(self, start: float, end: float) -> float | None:
-        """Pages/s between the samples nearest after `start` and before `end`."""
-        inside = [(t, n) for t, n in self if start <= t <= end]
-        if len(inside) < 2 or inside[-1][0] - inside[0][0] < 1.0:
+    def rate(self, start: float, end: float, ramp: float) -> float | None:
+        """Pages/s from `start` to `end` with a trapezoidal window (figures.windowed_rate's):
+        the mean of the counts over [start + d, end - ramp + d] for d across the `ramp`.
+        Pages come back in waves a page time apart (equal pages sent together): a count
+        between two samples is a wave more or less by where they fall, up to a sixth off over
+        six waves; with the ramp a page time, the mean over its phases is within 2 %."""
+        times = [t for t, _ in self]
+        if end - start <= 2 * ramp or not times or times[0] > start:
             return None
-        (t0, n0), (t1, n1) = inside[0], inside[-1]
-        return (n1 - n0) / (t1 - t0)
+
+        def count(at: float) -> float:
+            return self[bisect.bisect_right(times, at) - 1][1]
+
+        phases = [ramp * i / 20 for i in range(20)]
+        return statistics.mean(count(end - ramp + d) - count(start + d)
+                               for d in phases) / (end - ramp - start)
 
     def rates(self, started: float) -> list[tuple[float, float]]:
         """(seconds since `started`, pages/s over the WINDOW_S before)."""
@@ -115,7 +125,7 @@ def run_shape(fleet: local_fleet.Fleet, mode: str, count: int, settings, page_ms
     # every document still runs; efficiency_makespan also counts the last, partial round
     end = started + min(finishes)
     waves = int((end - started - page_s) // page_s)
-    steady = counter.rate(end - waves * page_s, end) if waves >= 1 else None
+    steady = counter.rate(end - waves * page_s, end, page_s)
     if steady:  # the counter counts an image as a page: it costs `share` of one
         steady -= len(images) / makespan * (1 - share)
     return {

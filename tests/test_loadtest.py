@@ -127,6 +127,19 @@ def test_windowed_rate_counts_servers_in_step_exactly(phase):
     assert figures.windowed_rate(times, weights, 5.0, 17.0, 1.0) == pytest.approx(80.0)
 
 
+@pytest.mark.parametrize("phase", [0.0, 0.6, 1.3, 2.1, 2.9, 3.7])
+def test_the_fleet_benchmark_reads_pages_in_waves_at_their_rate_whatever_the_phase(phase):
+    # 128 pages every 4 s (32 pages/s), sampled every 0.25 s, over a window that ends just
+    # after a wave (the first document's end): the count between the samples nearest its
+    # edges is a wave off at some phases (0.8 of the rate); the trapezoid is not
+    from loadtest.bench_fleet import PageCounter
+
+    counter = PageCounter((0.1 + t / 4, 128 * ((0.1 + t / 4 + phase) // 4)) for t in range(240))
+    end = 28.05 - phase  # just after the wave at 28 - phase
+    assert counter.rate(end - 20, end, 4.0) == pytest.approx(32.0, rel=0.01)
+    assert counter.rate(end - 8, end, 4.0) is None  # two page times: no steady window
+
+
 def test_growth():
     assert figures.growth(100.0, 103.0) == pytest.approx(0.03)
 
