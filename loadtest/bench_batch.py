@@ -12,8 +12,8 @@ import tempfile
 from pathlib import Path
 
 from loadtest import figures, local_fleet, procstats, report
-from loadtest.bench_engine import http_rate
 from loadtest.checks import page_texts
+from loadtest.loadgen import http_rate
 from loadtest.payloads import make_payload, one_page_pdfs
 from samples import documents
 from scripts.fleet import REPO_ROOT

@@ -5,8 +5,7 @@ median latency of each. No goal: the figure decides the default. Knob BENCH_BATC
 import sys
 
 from loadtest import local_fleet, report
-from loadtest.bench_engine import http_rate
-from loadtest.loadgen import run_closed_loop
+from loadtest.loadgen import http_rate, run_closed_loop
 from loadtest.payloads import small_image_payloads
 
 FILE = "batching.json"

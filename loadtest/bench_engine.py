@@ -10,13 +10,12 @@ import statistics
 import subprocess
 import sys
 import time
-from collections import defaultdict
 
 import cv2
 import numpy as np
 
 from loadtest import figures, local_fleet, report
-from loadtest.loadgen import run_closed_loop
+from loadtest.loadgen import http_rate
 from loadtest.payloads import dense_page_payloads
 from loadtest.procstats import ForeignLoad
 from scripts.fleet import REPO_ROOT
@@ -25,26 +24,6 @@ from services.ocr_worker.engine import create_engine
 
 FILE = "engine.json"
 QUIET_CORES = 0.15  # other processes' load above which a run is measured again
-
-
-def http_rate(workers: list, pages_per_worker: int, payloads: list | None = None,
-              in_flight: int = 2) -> dict:
-    """Pages/s of these worker processes, each sent pages (default: dense pages) directly,
-    `in_flight` at a time after one untimed; median latency, other processes' load."""
-    urls, payloads = [local_fleet.url_of(w) for w in workers], payloads or dense_page_payloads(2)
-    warm = run_closed_loop(urls, payloads, len(urls), total_requests=len(urls), timeout=300)
-    with ForeignLoad(workers) as foreign:
-        load = run_closed_loop(urls, payloads, in_flight * len(urls),
-                               total_requests=pages_per_worker * len(urls), timeout=300)
-    done, finished = [c for c in load.completions if c.ok], defaultdict(list)
-    for completion in done:  # a rate per worker, first to last answer: no pipeline filling
-        finished[completion.replica].append(completion.finished)
-    return {"workers": len(urls), "pages": len(done),
-            "pages_per_s": sum(figures.rate_from_completions(t) for t in finished.values()),
-            "latency_p50_s": statistics.median(c.finished - c.started for c in done),
-            "failures": load.failure_count + warm.failure_count,
-            "failure_kinds": dict(load.failures.most_common(3)),
-            "other_load_cores": round(foreign.cores, 2)}
 
 
 def engine_alone(pages: int, engine_name: str = "paddleocr") -> dict:

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from loadtest import figures, local_fleet, procstats, report
-from loadtest.bench_soak import worker_rss
+from loadtest.loadgen import worker_rss
 from loadtest.payloads import Payload, make_payload
 from samples import documents, scans
 from scripts.fleet import REPO_ROOT

@@ -1,34 +1,17 @@
 """Worker memory under a long run: one real-engine worker (1 thread) answers 2,000 small text
 images (2 in flight); the RSS of its gunicorn worker process (the forked child that holds the
 model) is sampled every 100 answers. Goal: growth from answer 200 to the end < 5 %. Writes
-soak.json; knobs BENCH_SOAK_REQUESTS, BENCH_SOAK_BASELINE. worker_rss() serves bench_memory too."""
+soak.json; knobs BENCH_SOAK_REQUESTS, BENCH_SOAK_BASELINE."""
 
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from loadtest import figures, local_fleet, procstats, report
-from loadtest.loadgen import Completion, run_closed_loop
-from loadtest.payloads import Payload, small_image_payloads
+from loadtest.loadgen import Completion, worker_rss
+from loadtest.payloads import small_image_payloads
 
 FILE = "soak.json"
-
-
-def worker_rss(env: dict[str, str], payloads: list[Payload], total: int, in_flight: int,
-               timeout: float, log_dir: Path, name: str,
-               sample: Callable[[int, int, Completion], None]) -> dict[str, Any]:
-    """One worker answers `total` requests, `in_flight` at a time; sample(pid, n, completion)
-    after the n-th, pid its forked gunicorn worker (which holds the model): idle at the start,
-    its RSS then (its peak reset), the master's at the end, the load, the engines."""
-    with local_fleet.workers(1, env, log_dir, name=name) as (worker,):
-        url, child = local_fleet.url_of(worker), procstats.gunicorn_worker_pid(worker.pid)
-        procstats.wait_idle(child)
-        procstats.reset_peak_rss(child)
-        start_kib, engines = procstats.rss_kib(child), report.engine_info([url])
-        load = run_closed_loop(url, payloads, in_flight, total_requests=total, timeout=timeout,
-                               on_complete=lambda number, done: sample(child, number, done))
-        return {"start_kib": start_kib, "master_kib": procstats.rss_kib(worker.pid),
-                "load": load, "engines": engines}
 
 
 def run(requests_total: int, baseline_at: int, log_dir: Path, sample_every: int = 100,

@@ -1,24 +1,28 @@
 """The benchmarks' load, every answer checked: a closed loop (threads, a keep-alive session
 each) for a time or a number of requests, single requests, documents sent at once beside images
-on a schedule, and the rates and percentiles made of them."""
+on a schedule, workers' own rates (http_rate) and one worker's RSS over a run (worker_rss), and
+the rates and percentiles made of them."""
 
 from __future__ import annotations
 
 import contextlib
 import itertools
 import math
+import statistics
 import threading
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable
+from pathlib import Path
+from typing import Any, Callable
 
 import requests
 
+from loadtest import local_fleet, procstats, report
 from loadtest.checks import answer_problem
-from loadtest.figures import windowed_rate
-from loadtest.payloads import JSON_HEADERS, Payload, small_image_payloads
+from loadtest.figures import rate_from_completions, windowed_rate
+from loadtest.payloads import JSON_HEADERS, Payload, dense_page_payloads, small_image_payloads
 
 
 @dataclass
@@ -173,6 +177,43 @@ def documents_with_images(urls: list[str], pdf: Payload, count: int, every_s: fl
         stop.set()
         image_results = [r for future in images for r in future.result()]
     return docs, image_results, makespan, started
+
+
+def http_rate(workers: list, pages_per_worker: int, payloads: list | None = None,
+              in_flight: int = 2) -> dict:
+    """Pages/s of these worker processes, each sent pages (default: dense pages) directly,
+    `in_flight` at a time after one untimed; median latency, other processes' load."""
+    urls, payloads = [local_fleet.url_of(w) for w in workers], payloads or dense_page_payloads(2)
+    warm = run_closed_loop(urls, payloads, len(urls), total_requests=len(urls), timeout=300)
+    with procstats.ForeignLoad(workers) as foreign:
+        load = run_closed_loop(urls, payloads, in_flight * len(urls),
+                               total_requests=pages_per_worker * len(urls), timeout=300)
+    done, finished = [c for c in load.completions if c.ok], defaultdict(list)
+    for completion in done:  # a rate per worker, first to last answer: no pipeline filling
+        finished[completion.replica].append(completion.finished)
+    return {"workers": len(urls), "pages": len(done),
+            "pages_per_s": sum(rate_from_completions(t) for t in finished.values()),
+            "latency_p50_s": statistics.median(c.finished - c.started for c in done),
+            "failures": load.failure_count + warm.failure_count,
+            "failure_kinds": dict(load.failures.most_common(3)),
+            "other_load_cores": round(foreign.cores, 2)}
+
+
+def worker_rss(env: dict[str, str], payloads: list[Payload], total: int, in_flight: int,
+               timeout: float, log_dir: Path, name: str,
+               sample: Callable[[int, int, Completion], None]) -> dict[str, Any]:
+    """One worker answers `total` requests, `in_flight` at a time; sample(pid, n, completion)
+    after the n-th, pid its forked gunicorn worker (which holds the model): idle at the start,
+    its RSS then (its peak reset), the master's at the end, the load, the engines."""
+    with local_fleet.workers(1, env, log_dir, name=name) as (worker,):
+        url, child = local_fleet.url_of(worker), procstats.gunicorn_worker_pid(worker.pid)
+        procstats.wait_idle(child)
+        procstats.reset_peak_rss(child)
+        start_kib, engines = procstats.rss_kib(child), report.engine_info([url])
+        load = run_closed_loop(url, payloads, in_flight, total_requests=total, timeout=timeout,
+                               on_complete=lambda number, done: sample(child, number, done))
+        return {"start_kib": start_kib, "master_kib": procstats.rss_kib(worker.pid),
+                "load": load, "engines": engines}
 
 
 def at_once(call: Callable, items) -> list:

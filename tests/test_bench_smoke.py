@@ -12,7 +12,7 @@ import types
 
 import pytest
 
-from loadtest import (bench_all, bench_engine, bench_overload, bench_scaling, bench_soak,
+from loadtest import (bench_all, bench_overload, bench_scaling, bench_soak, loadgen,
                       local_fleet, procstats, report)
 from scripts.fleet import REPO_ROOT
 
@@ -96,7 +96,7 @@ def test_a_service_set_apart_has_the_first_core_and_the_rest_have_the_others(tmp
 
 def test_engine_benchmark_paths_with_the_sim_engine(tmp_path):
     with local_fleet.workers(2, local_fleet.sim_worker_env(5), tmp_path) as pool:
-        http = bench_engine.http_rate(pool, pages_per_worker=3)
+        http = loadgen.http_rate(pool, pages_per_worker=3)
     assert http["workers"] == 2 and http["pages"] == 6 and http["failures"] == 0
     assert http["pages_per_s"] > 0
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "OCR_SIM_PAGE_MS": "5"}
