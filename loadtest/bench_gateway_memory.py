@@ -32,8 +32,9 @@ def peaks(meter: PeakRss, cases: list) -> list[dict[str, Any]]:
         idle = meter.now()
         with meter:
             row.update(send())
-        rows.append({**row, "idle_mb": round(idle / 1024, 1), "peak_mb": round(meter.peak / 1024,
-                     1), "peak_growth_mb": round((meter.peak - idle) / 1024, 1)})
+        rows.append({**row, "idle_mb": round(idle / 1024, 1),
+                     "peak_mb": round(meter.peak / 1024, 1),
+                     "peak_growth_mb": round((meter.peak - idle) / 1024, 1)})
         report.say(str(rows[-1]))
     return rows
 

@@ -30,8 +30,8 @@ A gateway sends its own entry and everything it knows on each page; a worker mer
 is sent and answers with its own entry and its board. An entry thus reaches every gateway
 within a few round trips, through whichever workers they share. Workers are many, so a
 message carries at most `max_workers` worker entries, chosen in turn; and the other clients'
-entries that fit in MAX_SENT_CHARS (about 13 gateway processes' worth), in turn too. Pure: the clock is
-injected, and nothing here does I/O. Malformed entries are ignored (the header is
+entries that fit in MAX_SENT_CHARS (about 13 gateway processes' worth), in turn too. Pure:
+the clock is injected, and nothing here does I/O. Malformed entries are ignored (the header is
 internal, but never trusted)."""
 
 from __future__ import annotations
@@ -134,7 +134,8 @@ class Board:
         """What to send, at most MAX_SENT_CHARS: the entries keyed in `first` (the sender's
         own), up to `max_workers` other workers, then the other clients' entries (each
         client's together) as many as fit; workers and clients both chosen in turn, so that
-        past about 16 gateway processes every one is still passed on within a few messages."""
+        past about 13 other gateway processes every one is still passed on within a few
+        messages."""
         now = self.clock()
         wanted = set(first)
         live = self.live()
