@@ -107,15 +107,30 @@ class FleetView:
             if rate != self._rate:
                 self._rate, self._rate_seq = rate, self._rate_seq + 1
 
-    def set_urgent(self, load: float, page_time_unknown: bool = False) -> None:
+    def set_urgent(self, load: float, page_time_unknown: bool = False,
+                   follow: bool = False) -> None:
         """The workers this process's urgent pages keep busy on average, while pages are long
         (gateway.reserve), else 0; and whether it has timed no page yet behind a balancer
-        (its documents then leave the most workers idle, gateway.reserve)."""
+        (its documents then leave the most workers idle, gateway.reserve). `follow`: this
+        process has no documents and has timed no page (it sends images only), so whether
+        pages are long is known to the processes with documents: its load is said only while
+        one of them says one. Said regardless, it would keep a reserve (and each worker's
+        second page out of the documents' share) on a fleet of short pages for as long as
+        the documents all came through other processes."""
+        if follow and load and not self._others_reserve():
+            load = 0.0
         load = round(load, 2)  # the board's resolution
         with self._lock:
             self._page_time_unknown = page_time_unknown
             if load != self._urgent:
                 self._urgent, self._urgent_seq = load, self._urgent_seq + 1
+
+    def _others_reserve(self) -> bool:
+        """Another process with documents to send says an urgent load (its pages are long,
+        or it has timed none yet)."""
+        live = self.board.live()
+        documents = {e.id for e in live["c"] if e.value > 0 and e.id != self.id}
+        return any(e.value > 0 and e.id in documents for e in live["u"])
 
     def demand(self) -> tuple[float, int]:
         """(documents with pages to send, held pages), as last set."""

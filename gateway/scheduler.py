@@ -404,12 +404,14 @@ class Scheduler:
     def _say_urgent(self, now: float, documents: bool) -> None:
         """Under the lock: the workers this process's urgent pages keep busy, said while pages
         are long (or may be: none timed yet) behind a balancer, and whether it has
-        `documents` with pages to send and no page timed yet (gateway.reserve)."""
+        `documents` with pages to send and no page timed yet (gateway.reserve); without
+        documents and a page timed, as the processes with documents say (FleetView)."""
         balanced = self.replicas.mode == MODE_LOAD_BALANCER
         unknown = not self._page_time.known()
         self.replicas.fleet.set_urgent(
             self._urgent.load(now) if balanced and (unknown or self._page_time.long()) else 0.0,
-            page_time_unknown=balanced and documents and unknown)
+            page_time_unknown=balanced and documents and unknown,
+            follow=unknown and not documents)
 
     def snapshot(self) -> dict[str, int]:
         with self._cond:

@@ -77,6 +77,26 @@ def test_the_documents_share_the_workers_less_the_reserve_not_the_slots():
     assert view.share().reserve == 8
 
 
+def test_a_process_that_only_sends_images_says_its_load_as_the_processes_with_documents_do():
+    """All documents came through process b, which has timed its pages: short (it says no
+    urgent load). Process a sends only images and has timed no document page: its load is
+    not said, so the documents share all the slots, not the workers less a reserve (a run at
+    64 replicas of 2 s pages lost 5 % so). Once b says its pages are long, a says its load."""
+    board = fleet(64, 1.5)
+    view = FleetView(board)
+    view.id = "a"
+    board.merge("c:b:1:800:0,u:b:1:0:0")  # eight documents, short pages
+    view.set_urgent(0.4, follow=True)
+    assert view.share().reserve == 0
+    assert view.share().quota == pytest.approx(96 / 9)
+    board.merge("u:b:2:30:0")  # b's pages are long (or not timed yet): its images say 0.3
+    view.set_urgent(0.4, follow=True)
+    assert view.share().reserve == reserve_for(0.7, 64)
+    board.merge("c:b:2:0:0")  # b's documents have all gone out: b no longer speaks for pages
+    view.set_urgent(0.4, follow=True)
+    assert view.share().reserve == reserve_for(0.3, 64)
+
+
 def test_the_urgent_load_travels_on_the_board():
     view, other = FleetView(Board(clock=clock)), FleetView(Board(clock=clock))
     view.set_urgent(0.874)
