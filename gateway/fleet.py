@@ -36,6 +36,7 @@ FIRST_PROBE_ROUND = 4
 MIN_UNHELD = 0.25  # of the fleet's slots, left to documents with pages to send
 REBUILD_S = 0.05  # the outgoing board header is rebuilt at most this often (new demand aside)
 MAX_PROBE_ROUND = 256
+WAKE_UNSURE_S = 1.0  # just woken, at most this long until it has heard who else woke (`share`)
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,7 @@ class FleetView:
         self._probe_round = FIRST_PROBE_ROUND
         self._told_quiet = True  # what the last `untold` news was (a new process is quiet)
         self._outgoing: tuple | None = None  # ((demand seq, busy), built at, header)
+        self._woke_at = self._unsure_until = float("-inf")  # just woken (`share`)
 
     # ---- what this process says --------------------------------------------------------------
     def set_demand(self, documents: float, held: int = 0) -> bool:
@@ -97,7 +99,24 @@ class FleetView:
                 self._held, self._held_seq = held, self._held_seq + 1
             if documents != self._documents:
                 self._documents, self._seq = documents, self._seq + 1
+            if documents and not was_busy:
+                self._woke_at = self.board.clock()
+                self._unsure_until = self._woke_at + WAKE_UNSURE_S
             return was_busy != bool(documents or held)
+
+    def unsure(self) -> bool:
+        """Just woken, and other processes are on the board: it may not have heard yet that
+        some of them woke too (`share`)."""
+        with self._lock:
+            if self.board.clock() >= self._unsure_until:
+                return False
+        return any(entry.id != self.id for entry in self.board.clients())
+
+    def settled(self) -> None:
+        """Woken, it has heard the board again since the others' news could reach the
+        workers (gateway.upstreams `settle`): its share follows the board again."""
+        with self._lock:
+            self._unsure_until = float("-inf")
 
     def set_rate(self, rate: float) -> None:
         """The mean rate this process's documents with pages to send were sent at
@@ -194,13 +213,21 @@ class FleetView:
         gateway knows the replicas itself: `replica_slots`, the sum of their targets. While
         the fleet keeps workers idle for urgent pages (gateway.reserve), the documents share
         the workers less those, not the slots: a worker's target beyond its one page (a page
-        queued) would fill them."""
+        queued) would fill them. Just woken, until it has heard who else woke (`settled`, at
+        most WAKE_UNSURE_S), each other process last heard from before it woke is counted as
+        having at least as many documents as this one: documents sent at once wake several
+        processes, each of which would otherwise take the fleet as its own until its first
+        pages come back (at 128 replicas of 4 s pages behind nginx, 170 pages out for 120
+        free workers, and none left idle for images for two page times)."""
         with self._lock:
             mine, my_held = self._documents or 1, self._held
             my_rate = self._rate if self._documents else None
             my_urgent, page_time_unknown = self._urgent, self._page_time_unknown
+            woke_at = self._woke_at if self.board.clock() < self._unsure_until else None
         live = self.board.live()
-        demands = {c.id: c.value for c in live["c"]}
+        demands = {c.id: max(c.value, mine) if woke_at is not None and c.heard < woke_at
+                   else c.value
+                   for c in live["c"]}
         demands[self.id] = mine
         held = {e.id: e.value for e in live["h"]}
         held[self.id] = my_held

@@ -417,6 +417,19 @@ class ReplicaSet:
         if self.fleet.untold():
             self.probe_all(every=True)
 
+    def settle(self) -> None:
+        """Woken a moment ago (`tell`, then TELL_GAP_S) with other gateways on the board: a
+        second round of probes hears those that woke meanwhile (documents sent at once wake
+        several), then this process's share follows the board again (until then it takes
+        less, FleetView.share)."""
+        if not self.fleet.unsure():
+            return
+        self.probe_all(every=True)
+        self.fleet.settled()
+        with self._lock:
+            self._news = True
+        self._notify()
+
     def _discover(self, at_least: int = 0) -> None:
         url = next(iter(self._replicas), None)
         while url is not None:
@@ -474,6 +487,7 @@ class ReplicaSet:
                         self._wake.clear()
                         self.tell()
                         self._stop.wait(TELL_GAP_S)
+                        self.settle()
                         continue
                 except Exception:
                     log.exception("health probe failed")

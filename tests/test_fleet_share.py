@@ -322,6 +322,38 @@ def test_an_image_goes_out_when_its_processs_share_shrinks_under_its_documents_p
     assert a.acquire(urgent=True) is not None  # the image goes all the same
 
 
+def test_gateways_woken_together_do_not_each_take_the_fleet_until_they_have_heard_each_other():
+    """Documents sent at once wake two processes that each knew the other idle. Each would
+    take the whole fleet until its first pages came back (a page's time): twice the fleet
+    out, and no worker idle for an image. Just woken, each counts the other as busy as
+    itself until a second round of probes (`settle`) has heard who else woke."""
+    clock = Clock()
+    fleet = SimulatedFleet(clock, 64)
+    a, b = fleet.gateway(demand=0), fleet.gateway(demand=0)
+    for replicas in (a, b, a):
+        replicas.probe_all()  # both idle, each on the other's board
+
+    def limits() -> list[int]:
+        for replicas in (a, b):
+            replicas.has_room()
+        return [r.replicas()[0].slots for r in (a, b)]
+
+    room = sum(worker[0].board.workers()[0].value for worker in fleet.workers[:1]) * 64
+    clock.now += 1.0
+    for replicas, documents in ((a, 3), (b, 1)):
+        replicas.set_demand(documents)  # woken together
+        replicas.tell()
+    clock.now += 0.1
+    assert a.fleet.unsure() and b.fleet.unsure()
+    assert sum(limits()) <= room * 1.05 + 2
+    for replicas in (a, b):
+        replicas.settle()
+    assert not a.fleet.unsure() and not b.fleet.unsure()
+    clock.now += 0.1
+    assert limits()[0] == pytest.approx(3 * limits()[1], abs=2)  # now by their documents
+    assert sum(limits()) <= room * 1.05 + 2
+
+
 def test_a_gateway_that_goes_quiet_says_so_and_the_other_takes_the_fleet_at_once():
     """No page carries "I am done": without the probes of `tell`, the other gateway would keep
     a quarter of the fleet for 5 s (the entries' lifetime) and a lone PDF would crawl."""
