@@ -37,6 +37,7 @@ MIN_UNHELD = 0.25  # of the fleet's slots, left to documents with pages to send
 REBUILD_S = 0.05  # the outgoing board header is rebuilt at most this often (new demand aside)
 MAX_PROBE_ROUND = 256
 WAKE_UNSURE_S = 1.0  # just woken, at most this long until it has heard who else woke (`share`)
+REMEMBER_S = 60.0  # another process heard from this recently may wake with this one
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ class FleetView:
         self._told_quiet = True  # what the last `untold` news was (a new process is quiet)
         self._outgoing: tuple | None = None  # ((demand seq, busy), built at, header)
         self._woke_at = self._unsure_until = float("-inf")  # just woken (`share`)
+        self._seen: dict[str, float] = {}  # other process -> when it last said its demand
 
     # ---- what this process says --------------------------------------------------------------
     def set_demand(self, documents: float, held: int = 0) -> bool:
@@ -105,12 +107,23 @@ class FleetView:
             return was_busy != bool(documents or held)
 
     def unsure(self) -> bool:
-        """Just woken, and other processes are on the board: it may not have heard yet that
-        some of them woke too (`share`)."""
+        """Just woken, and other processes have been heard from: it may not have heard yet
+        that some of them woke too (`_demands`)."""
+        seen = self._remember(self.board.clients())
         with self._lock:
-            if self.board.clock() >= self._unsure_until:
-                return False
-        return any(entry.id != self.id for entry in self.board.clients())
+            return self.board.clock() < self._unsure_until and bool(seen)
+
+    def _remember(self, clients: list) -> dict[str, float]:
+        """The other processes heard from in the last REMEMBER_S, and when they last said
+        their demand, with these live entries."""
+        now = self.board.clock()
+        with self._lock:
+            for entry in clients:
+                if entry.id != self.id:
+                    self._seen[entry.id] = max(entry.heard, self._seen.get(entry.id, entry.heard))
+            for gone in [i for i, heard in self._seen.items() if now - heard > REMEMBER_S]:
+                del self._seen[gone]
+            return dict(self._seen)
 
     def settled(self) -> None:
         """Woken, it has heard the board again since the others' news could reach the
@@ -162,13 +175,18 @@ class FleetView:
         expire (`client_ttl_s`), and a lone document elsewhere crawls; when it wakes, what it
         knows of them is as old as its quiet spell. So both are told (and heard) by probes at
         once (gateway.upstreams `tell`); a blink (quiet and busy again before the probes go)
-        is not news."""
+        is not news. Woken by documents, it tells also when the others' entries have expired
+        but it heard from them in the last REMEMBER_S: they may be waking too (`_demands`)."""
+        clients = self.board.clients()
+        seen = self._remember(clients)
         with self._lock:
             quiet = not (self._documents or self._held)
             if quiet == self._told_quiet:
                 return False
             self._told_quiet = quiet
-        return any(entry.id != self.id for entry in self.board.clients())
+            if self._documents and seen:
+                return True
+        return any(entry.id != self.id for entry in clients)
 
     def outgoing(self) -> dict[str, str]:
         """The header every page and probe carries: this process's entries and what it
@@ -213,22 +231,13 @@ class FleetView:
         gateway knows the replicas itself: `replica_slots`, the sum of their targets. While
         the fleet keeps workers idle for urgent pages (gateway.reserve), the documents share
         the workers less those, not the slots: a worker's target beyond its one page (a page
-        queued) would fill them. Just woken, until it has heard who else woke (`settled`, at
-        most WAKE_UNSURE_S), each other process last heard from before it woke is counted as
-        having at least as many documents as this one: documents sent at once wake several
-        processes, each of which would otherwise take the fleet as its own until its first
-        pages come back (at 128 replicas of 4 s pages behind nginx, 170 pages out for 120
-        free workers, and none left idle for images for two page times)."""
+        queued) would fill them."""
         with self._lock:
             mine, my_held = self._documents or 1, self._held
             my_rate = self._rate if self._documents else None
             my_urgent, page_time_unknown = self._urgent, self._page_time_unknown
-            woke_at = self._woke_at if self.board.clock() < self._unsure_until else None
         live = self.board.live()
-        demands = {c.id: max(c.value, mine) if woke_at is not None and c.heard < woke_at
-                   else c.value
-                   for c in live["c"]}
-        demands[self.id] = mine
+        demands = self._demands(live["c"], mine)
         held = {e.id: e.value for e in live["h"]}
         held[self.id] = my_held
         targets = {w.id: w.value for w in live["w"]}
@@ -248,6 +257,26 @@ class FleetView:
         return Share(fraction, slots or None, targets, len(demands), sum(demands.values()),
                      sum(held.values()), quota, self._fleet_rate(live["s"], demands, my_rate),
                      reserve)
+
+    def _demands(self, clients: list, mine: float) -> dict[str, float]:
+        """Every process's documents with pages to send, as this one counts them. Just woken,
+        until it has heard who else woke (`settled`, at most WAKE_UNSURE_S), each other
+        process last heard from before it woke counts as having at least as many as this
+        one, and so does one heard from in the last REMEMBER_S whose entries have expired
+        (an idle process's probes meet other workers than this one's, so idle processes
+        often do not hear each other). Documents sent at once wake several processes, and
+        each would otherwise take the fleet as its own until its first pages come back: at
+        128 replicas of 4 s pages behind nginx, 170 pages out for 120 free workers, and
+        none left idle for images for two page times."""
+        seen = self._remember(clients)
+        with self._lock:
+            unsure = self.board.clock() < self._unsure_until
+            earlier = [i for i, heard in seen.items() if unsure and heard < self._woke_at]
+        demands = {c.id: c.value for c in clients}
+        for other in earlier:
+            demands[other] = max(demands.get(other, 0.0), mine)
+        demands[self.id] = mine
+        return demands
 
     def _fleet_rate(self, rates: list, demands: dict[str, float],
                     mine: float | None) -> float | None:

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import random
 import socket
 import threading
 import time
@@ -64,6 +65,7 @@ MODE_DNS = "dns"
 REBALANCE_S = 0.05  # the share follows news (demand, boards) at most this often...
 REBALANCE_IDLE_S = 1.0  # ...and at least this often (board entries age out)
 TELL_GAP_S = 0.5  # "this process went quiet / woke" is told by probes at most this often
+SETTLE_PROBES = 4  # after waking, probes that hear who else woke (each worker tells all)
 WORKER_ID_TTL_S = 120.0  # a worker process not heard behind a URL this long is forgotten
 
 # probe(url, headers) -> (ready, the answer's headers)
@@ -419,12 +421,15 @@ class ReplicaSet:
 
     def settle(self) -> None:
         """Woken a moment ago (`tell`, then TELL_GAP_S) with other gateways on the board: a
-        second round of probes hears those that woke meanwhile (documents sent at once wake
-        several), then this process's share follows the board again (until then it takes
-        less, FleetView.share)."""
+        few probes hear those that woke meanwhile (documents sent at once wake several, and
+        each tells every worker), then this process's share follows the board again (until
+        then it takes less, FleetView.share)."""
         if not self.fleet.unsure():
             return
-        self.probe_all(every=True)
+        live = self.replicas()
+        start = random.randrange(len(live)) if live else 0
+        for index in range(SETTLE_PROBES if live else 0):
+            self._probe_one(live[(start + index) % len(live)])
         self.fleet.settled()
         with self._lock:
             self._news = True

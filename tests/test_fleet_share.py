@@ -350,8 +350,37 @@ def test_gateways_woken_together_do_not_each_take_the_fleet_until_they_have_hear
         replicas.settle()
     assert not a.fleet.unsure() and not b.fleet.unsure()
     clock.now += 0.1
-    assert limits()[0] == pytest.approx(3 * limits()[1], abs=2)  # now by their documents
+    fractions = [r.fleet.share().fraction for r in (a, b)]
+    assert fractions[0] == pytest.approx(3 * fractions[1])  # now by their documents
     assert sum(limits()) <= room * 1.05 + 2
+
+
+def test_gateways_idle_long_enough_to_forget_each_other_still_wake_together_within_the_fleet():
+    """Idle, two processes' probes meet different workers, and their entries expire (5 s):
+    when documents come, neither has the other on its board. Each still counts the other
+    (heard from a minute ago at most) until it has heard who woke, and tells every worker
+    that it woke, so the other hears it."""
+    clock = Clock()
+    fleet = SimulatedFleet(clock, 64)
+    a, b = fleet.gateway(demand=0), fleet.gateway(demand=0)
+    for replicas in (a, b, a):
+        replicas.probe_all()
+    for replicas in (a, b):
+        replicas.has_room()  # each has seen the other
+    clock.now += 30.0  # idle: the entries have expired everywhere
+    assert not a.fleet.board.clients() or all(c.id == a.fleet.id for c in a.fleet.board.clients())
+    for replicas, documents in ((a, 3), (b, 1)):
+        replicas.set_demand(documents)
+        assert replicas.fleet.untold()  # woken by documents, with another process in memory
+        replicas.probe_all(every=True)  # what `tell` does then
+    for replicas in (a, b):
+        replicas.has_room()
+    shares = [r.fleet.share().fraction for r in (a, b)]
+    assert sum(shares) <= 1.0
+    for replicas in (a, b):
+        replicas.settle()
+    assert [r.fleet.share().fraction for r in (a, b)] == [pytest.approx(0.75),
+                                                           pytest.approx(0.25)]
 
 
 def test_a_gateway_that_goes_quiet_says_so_and_the_other_takes_the_fleet_at_once():
