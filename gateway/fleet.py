@@ -36,7 +36,7 @@ FIRST_PROBE_ROUND = 4
 MIN_UNHELD = 0.25  # of the fleet's slots, left to documents with pages to send
 REBUILD_S = 0.05  # the outgoing board header is rebuilt at most this often (new demand aside)
 MAX_PROBE_ROUND = 256
-WAKE_UNSURE_S = 1.0  # just woken, at most this long until it has heard who else woke (`share`)
+WAKE_UNSURE_S = 1.5  # just woken, this long it counts the processes not heard from since
 REMEMBER_S = 60.0  # another process heard from this recently may wake with this one
 
 
@@ -124,12 +124,6 @@ class FleetView:
             for gone in [i for i, heard in self._seen.items() if now - heard > REMEMBER_S]:
                 del self._seen[gone]
             return dict(self._seen)
-
-    def settled(self) -> None:
-        """Woken, it has heard the board again since the others' news could reach the
-        workers (gateway.upstreams `settle`): its share follows the board again."""
-        with self._lock:
-            self._unsure_until = float("-inf")
 
     def set_rate(self, rate: float) -> None:
         """The mean rate this process's documents with pages to send were sent at
@@ -259,15 +253,18 @@ class FleetView:
                      reserve)
 
     def _demands(self, clients: list, mine: float) -> dict[str, float]:
-        """Every process's documents with pages to send, as this one counts them. Just woken,
-        until it has heard who else woke (`settled`, at most WAKE_UNSURE_S), each other
-        process last heard from before it woke counts as having at least as many as this
-        one, and so does one heard from in the last REMEMBER_S whose entries have expired
-        (an idle process's probes meet other workers than this one's, so idle processes
-        often do not hear each other). Documents sent at once wake several processes, and
+        """Every process's documents with pages to send, as this one counts them. For
+        WAKE_UNSURE_S after it woke, each other process not heard from since counts as having
+        at least as many as this one: one last heard from before (its entry may be old news)
+        and one heard from in the last REMEMBER_S whose entries have expired (an idle
+        process's probes meet other workers than this one's, so idle processes often do not
+        hear each other). Documents sent at once wake several processes within a second, and
         each would otherwise take the fleet as its own until its first pages come back: at
-        128 replicas of 4 s pages behind nginx, 170 pages out for 120 free workers, and
-        none left idle for images for two page times."""
+        128 replicas of 4 s pages behind nginx, 170 pages out for 120 free workers, and none
+        left idle for images for two page times. Those that woke together each take an equal
+        part meanwhile, and as each hears the others' news (they tell every worker as they
+        wake, and it probes a few every TELL_GAP_S, gateway.upstreams `settle`), their
+        documents."""
         seen = self._remember(clients)
         with self._lock:
             unsure = self.board.clock() < self._unsure_until

@@ -419,21 +419,21 @@ class ReplicaSet:
         if self.fleet.untold():
             self.probe_all(every=True)
 
-    def settle(self) -> None:
-        """Woken a moment ago (`tell`, then TELL_GAP_S) with other gateways on the board: a
-        few probes hear those that woke meanwhile (documents sent at once wake several, and
-        each tells every worker), then this process's share follows the board again (until
-        then it takes less, FleetView.share)."""
-        if not self.fleet.unsure():
-            return
-        live = self.replicas()
+    def settle(self) -> bool:
+        """Just woken, with other gateways heard from (FleetView.unsure): a few probes hear
+        those that woke meanwhile (documents sent at once wake several, and each tells every
+        worker as it wakes), so its share follows their news. The health thread calls it
+        every TELL_GAP_S after `tell` while it returns True; once the process is sure again,
+        its share is taken afresh."""
+        unsure = self.fleet.unsure()
+        live = self.replicas() if unsure else []
         start = random.randrange(len(live)) if live else 0
         for index in range(SETTLE_PROBES if live else 0):
             self._probe_one(live[(start + index) % len(live)])
-        self.fleet.settled()
         with self._lock:
             self._news = True
         self._notify()
+        return unsure
 
     def _discover(self, at_least: int = 0) -> None:
         url = next(iter(self._replicas), None)
@@ -491,8 +491,8 @@ class ReplicaSet:
                     elif self._wake.is_set():
                         self._wake.clear()
                         self.tell()
-                        self._stop.wait(TELL_GAP_S)
-                        self.settle()
+                        while not self._stop.wait(TELL_GAP_S) and self.settle():
+                            pass
                         continue
                 except Exception:
                     log.exception("health probe failed")

@@ -347,9 +347,9 @@ def test_gateways_woken_together_do_not_each_take_the_fleet_until_they_have_hear
     assert a.fleet.unsure() and b.fleet.unsure()
     assert sum(limits()) <= room * 1.05 + 2
     for replicas in (a, b):
-        replicas.settle()
+        replicas.settle()  # what the health thread does every 0.5 s while unsure
+    clock.now += 1.5
     assert not a.fleet.unsure() and not b.fleet.unsure()
-    clock.now += 0.1
     fractions = [r.fleet.share().fraction for r in (a, b)]
     assert fractions[0] == pytest.approx(3 * fractions[1])  # now by their documents
     assert sum(limits()) <= room * 1.05 + 2
@@ -379,6 +379,7 @@ def test_gateways_idle_long_enough_to_forget_each_other_still_wake_together_with
     assert sum(shares) <= 1.0
     for replicas in (a, b):
         replicas.settle()
+    clock.now += 1.5
     assert [r.fleet.share().fraction for r in (a, b)] == [pytest.approx(0.75),
                                                            pytest.approx(0.25)]
 
