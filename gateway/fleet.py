@@ -109,18 +109,19 @@ class FleetView:
     def unsure(self) -> bool:
         """Just woken, and other processes have been heard from: it may not have heard yet
         that some of them woke too (`_demands`)."""
-        seen = self._remember(self.board.clients())
+        seen = self._remember()
         with self._lock:
             return self.board.clock() < self._unsure_until and bool(seen)
 
-    def _remember(self, clients: list) -> dict[str, float]:
+    def _remember(self) -> dict[str, float]:
         """The other processes heard from in the last REMEMBER_S, and when they last said
-        their demand, with these live entries."""
+        their demand (the board forgets an entry 10 s after it was said)."""
         now = self.board.clock()
+        said = self.board.last_said("c")
         with self._lock:
-            for entry in clients:
-                if entry.id != self.id:
-                    self._seen[entry.id] = max(entry.heard, self._seen.get(entry.id, entry.heard))
+            for other, heard in said.items():
+                if other != self.id:
+                    self._seen[other] = max(heard, self._seen.get(other, heard))
             for gone in [i for i, heard in self._seen.items() if now - heard > REMEMBER_S]:
                 del self._seen[gone]
             return dict(self._seen)
@@ -172,7 +173,7 @@ class FleetView:
         is not news. Woken by documents, it tells also when the others' entries have expired
         but it heard from them in the last REMEMBER_S: they may be waking too (`_demands`)."""
         clients = self.board.clients()
-        seen = self._remember(clients)
+        seen = self._remember()
         with self._lock:
             quiet = not (self._documents or self._held)
             if quiet == self._told_quiet:
@@ -213,6 +214,7 @@ class FleetView:
 
     def heard(self, board_header: str | None) -> None:
         self.board.merge(board_header)
+        self._remember()
 
     # ---- what it may take ----------------------------------------------------------------------
     def share(self, replica_slots: float | None = None) -> Share:
@@ -265,7 +267,7 @@ class FleetView:
         part meanwhile, and as each hears the others' news (they tell every worker as they
         wake, and it probes a few every TELL_GAP_S, gateway.upstreams `settle`), their
         documents."""
-        seen = self._remember(clients)
+        seen = self._remember()
         with self._lock:
             unsure = self.board.clock() < self._unsure_until
             earlier = [i for i, heard in seen.items() if unsure and heard < self._woke_at]
@@ -292,6 +294,7 @@ class FleetView:
         share = self.share()
         return {"client": self.id, "fraction": round(share.fraction, 4),
                 "gatewayProcesses": share.clients,
+                "gatewayProcessesLastMinute": 1 + len(self._remember()),
                 "workers": len(share.targets), "fleetSlots": round(share.slots or 0, 2),
                 "limit": share.limit(self.default_target), "documents": self._documents,
                 "rate": share.rate,

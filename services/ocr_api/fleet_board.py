@@ -127,6 +127,12 @@ class Board:
     def clients(self) -> list[Entry]:
         return self.live()["c"]
 
+    def last_said(self, kind: str) -> dict[str, float]:
+        """When each owner of an entry of `kind` last said it (local clock), live or not
+        (an entry is forgotten twice its lifetime after)."""
+        with self._lock:
+            return {e.id: e.heard for e in self._entries.values() if e.kind == kind}
+
     def workers(self) -> list[Entry]:
         return self.live()["w"]
 
