@@ -36,7 +36,7 @@ FIRST_PROBE_ROUND = 4
 MIN_UNHELD = 0.25  # of the fleet's slots, left to documents with pages to send
 REBUILD_S = 0.05  # the outgoing board header is rebuilt at most this often (new demand aside)
 MAX_PROBE_ROUND = 256
-WAKE_UNSURE_S = 1.5  # just woken, this long it counts the processes not heard from since
+WAKE_UNSURE_S = 1.5  # just woken, this long it counts the idle processes as busy as itself
 REMEMBER_S = 60.0  # another process heard from this recently may wake with this one
 
 
@@ -86,7 +86,9 @@ class FleetView:
         self._probe_round = FIRST_PROBE_ROUND
         self._told_quiet = True  # what the last `untold` news was (a new process is quiet)
         self._outgoing: tuple | None = None  # ((demand seq, busy), built at, header)
-        self._woke_at = self._unsure_until = float("-inf")  # just woken (`share`)
+        self._unsure_until = float("-inf")  # just woken: until then (`_demands`)
+        self._documents_gone_at = float("-inf")  # when its last document was all sent
+        self._woke_untold = False  # woken since the last `untold`
         self._seen: dict[str, float] = {}  # other process -> when it last said its demand
 
     # ---- what this process says --------------------------------------------------------------
@@ -94,17 +96,25 @@ class FleetView:
         """How many documents this process has with pages to send (their weights' sum,
         gateway.lead), and the pages in flight of its documents with none left to send (the
         scheduler's). True when this process has just gone quiet (nothing to send, nothing
-        out) or just woken from quiet: news no page carries soon enough (see `untold`)."""
+        out) or just woken: news no page carries soon enough (see `untold`). Woken means
+        documents to send after WAKE_UNSURE_S without any, whatever else is in flight: an
+        image being read when a PDF comes (a process that serves both is seldom quiet) must
+        not hide the wake, and documents that follow each other closely are no wake (each
+        would probe every worker)."""
+        now = self.board.clock()
         with self._lock:
             was_busy = bool(self._documents or self._held)
+            woke = (bool(documents) and not self._documents
+                    and now - self._documents_gone_at >= WAKE_UNSURE_S)
             if held != self._held:
                 self._held, self._held_seq = held, self._held_seq + 1
             if documents != self._documents:
+                if not documents:
+                    self._documents_gone_at = now
                 self._documents, self._seq = documents, self._seq + 1
-            if documents and not was_busy:
-                self._woke_at = self.board.clock()
-                self._unsure_until = self._woke_at + WAKE_UNSURE_S
-            return was_busy != bool(documents or held)
+            if woke:
+                self._unsure_until, self._woke_untold = now + WAKE_UNSURE_S, True
+            return woke or was_busy != bool(documents or held)
 
     def unsure(self) -> bool:
         """Just woken, and other processes have been heard from: it may not have heard yet
@@ -176,7 +186,8 @@ class FleetView:
         seen = self._remember()
         with self._lock:
             quiet = not (self._documents or self._held)
-            if quiet == self._told_quiet:
+            woke, self._woke_untold = self._woke_untold, False
+            if quiet == self._told_quiet and not woke:
                 return False
             self._told_quiet = quiet
             if self._documents and seen:
@@ -256,24 +267,23 @@ class FleetView:
 
     def _demands(self, clients: list, mine: float) -> dict[str, float]:
         """Every process's documents with pages to send, as this one counts them. For
-        WAKE_UNSURE_S after it woke, each other process not heard from since counts as having
-        at least as many as this one: one last heard from before (its entry may be old news)
-        and one heard from in the last REMEMBER_S whose entries have expired (an idle
-        process's probes meet other workers than this one's, so idle processes often do not
-        hear each other). Documents sent at once wake several processes within a second, and
-        each would otherwise take the fleet as its own until its first pages come back: at
-        128 replicas of 4 s pages behind nginx, 170 pages out for 120 free workers, and none
-        left idle for images for two page times. Those that woke together each take an equal
-        part meanwhile, and as each hears the others' news (they tell every worker as they
-        wake, and it probes a few every TELL_GAP_S, gateway.upstreams `settle`), their
-        documents."""
+        WAKE_UNSURE_S after it woke, each other process heard from in the last REMEMBER_S and
+        not heard with documents counts as having as many as this one: its entries may be
+        old news, may have expired (an idle process's probes meet other workers than this
+        one's, so idle processes often do not hear each other), or may say it was idle a
+        moment before it woke too. Documents sent at once wake several processes within a
+        second, and each would otherwise take the fleet as its own until its first pages
+        come back: at 128 replicas of 4 s pages behind nginx, 170 pages out for 120 free
+        workers, and none left idle for images for two page times. Those that woke together
+        each take an equal part meanwhile, and as each hears the others' news (they tell
+        every worker as they wake, and it probes a few every TELL_GAP_S, gateway.upstreams
+        `settle`), their documents."""
         seen = self._remember()
         with self._lock:
             unsure = self.board.clock() < self._unsure_until
-            earlier = [i for i, heard in seen.items() if unsure and heard < self._woke_at]
         demands = {c.id: c.value for c in clients}
-        for other in earlier:
-            demands[other] = max(demands.get(other, 0.0), mine)
+        for other in seen if unsure else ():
+            demands[other] = demands.get(other) or mine
         demands[self.id] = mine
         return demands
 

@@ -322,16 +322,21 @@ def test_an_image_goes_out_when_its_processs_share_shrinks_under_its_documents_p
     assert a.acquire(urgent=True) is not None  # the image goes all the same
 
 
-def test_gateways_woken_together_do_not_each_take_the_fleet_until_they_have_heard_each_other():
+@pytest.mark.parametrize("images", [0, 1])
+def test_gateways_woken_together_do_not_each_take_the_fleet_until_they_have_heard_each_other(
+        images):
     """Documents sent at once wake two processes that each knew the other idle. Each would
     take the whole fleet until its first pages came back (a page's time): twice the fleet
     out, and no worker idle for an image. Just woken, each counts the other as busy as
-    itself until a second round of probes (`settle`) has heard who else woke."""
+    itself until a second round of probes (`settle`) has heard who else woke. An image being
+    read when the documents come (`images`) does not hide the wake."""
     clock = Clock()
     fleet = SimulatedFleet(clock, 64)
     a, b = fleet.gateway(demand=0), fleet.gateway(demand=0)
     for replicas in (a, b, a):
         replicas.probe_all()  # both idle, each on the other's board
+    for replicas in (a, b):
+        replicas.set_demand(0, images)
 
     def limits() -> list[int]:
         for replicas in (a, b):
@@ -341,8 +346,9 @@ def test_gateways_woken_together_do_not_each_take_the_fleet_until_they_have_hear
     room = sum(worker[0].board.workers()[0].value for worker in fleet.workers[:1]) * 64
     clock.now += 1.0
     for replicas, documents in ((a, 3), (b, 1)):
-        replicas.set_demand(documents)  # woken together
-        replicas.tell()
+        replicas.set_demand(documents, images)  # woken together
+        assert replicas.fleet.untold()  # news for every worker (what `tell` does next)
+        replicas.probe_all(every=True)
     clock.now += 0.1
     assert a.fleet.unsure() and b.fleet.unsure()
     assert sum(limits()) <= room * 1.05 + 2
@@ -350,8 +356,7 @@ def test_gateways_woken_together_do_not_each_take_the_fleet_until_they_have_hear
         replicas.settle()  # what the health thread does every 0.5 s while unsure
     clock.now += 1.5
     assert not a.fleet.unsure() and not b.fleet.unsure()
-    fractions = [r.fleet.share().fraction for r in (a, b)]
-    assert fractions[0] == pytest.approx(3 * fractions[1])  # now by their documents
+    assert [r.fleet.share().documents for r in (a, b)] == [4, 4]  # now by their documents
     assert sum(limits()) <= room * 1.05 + 2
 
 
