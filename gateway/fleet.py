@@ -89,6 +89,7 @@ class FleetView:
         self._unsure_until = float("-inf")  # just woken: until then (`_demands`)
         self._documents_gone_at = float("-inf")  # when its last document was all sent
         self._woke_untold = False  # woken since the last `untold`
+        self.balanced = True  # behind one balancer (gateway.upstreams says): wakes are unsure
         self._seen: dict[str, float] = {}  # other process -> when it last said its demand
 
     # ---- what this process says --------------------------------------------------------------
@@ -100,11 +101,12 @@ class FleetView:
         documents to send after WAKE_UNSURE_S without any, whatever else is in flight: an
         image being read when a PDF comes (a process that serves both is seldom quiet) must
         not hide the wake, and documents that follow each other closely are no wake (each
-        would probe every worker)."""
+        would probe every worker). Only behind a balancer: with a list, the room each worker
+        last said bounds what the processes that woke together send it."""
         now = self.board.clock()
         with self._lock:
             was_busy = bool(self._documents or self._held)
-            woke = (bool(documents) and not self._documents
+            woke = (self.balanced and bool(documents) and not self._documents
                     and now - self._documents_gone_at >= WAKE_UNSURE_S)
             if held != self._held:
                 self._held, self._held_seq = held, self._held_seq + 1
@@ -190,7 +192,7 @@ class FleetView:
             if quiet == self._told_quiet and not woke:
                 return False
             self._told_quiet = quiet
-            if self._documents and seen:
+            if self._documents and seen and self.balanced:
                 return True
         return any(entry.id != self.id for entry in clients)
 

@@ -143,6 +143,7 @@ class ReplicaSet:
         self.eject_s = eject_s
         self.limits = limits
         self.fleet = fleet or FleetView()
+        self.fleet.balanced = mode == MODE_LOAD_BALANCER
         self._probe = probe
         self._resolver = resolver
         self._clock = clock

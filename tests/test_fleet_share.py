@@ -441,6 +441,9 @@ def test_gateways_with_a_replica_list_fill_the_emptiest_workers_within_their_sha
         taken.append(count)
     assert list(held.values()) == [1] * 8  # none idle, none doubled
     assert taken == [2, 2, 4]
+    # woken together, yet none counts the others as busy as itself: with a list, the room
+    # each worker says bounds them (behind a balancer, only the shares do)
+    assert not any(replicas.fleet.unsure() for replicas in gateways)
 
 
 def test_among_equally_loaded_workers_an_empty_one_heard_last_and_a_busy_one_heard_first_win():
