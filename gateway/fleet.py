@@ -280,11 +280,10 @@ class FleetView:
         each take an equal part meanwhile, and as each hears the others' news (they tell
         every worker as they wake, and it probes a few every TELL_GAP_S, gateway.upstreams
         `settle`), their documents."""
-        seen = self._remember()
         with self._lock:
             unsure = self.board.clock() < self._unsure_until
         demands = {c.id: c.value for c in clients}
-        for other in seen if unsure else ():
+        for other in self._remember() if unsure else ():
             demands[other] = demands.get(other) or mine
         demands[self.id] = mine
         return demands
