@@ -386,12 +386,17 @@ class ReplicaSet:
         probe never ends an ejection or a probation: only a real answer does (a replica that
         timed out may answer /readyz and still hang on OCR). Behind a load balancer: rounds
         of probes through it that meet the workers behind it (gateway.fleet). `every`: also
-        the replicas heard from just now (to tell them this process's news)."""
+        the replicas heard from just now (to tell them this process's news). Each round in
+        a random order: among idle workers a page goes to the one heard from last, and
+        processes that probed in the same order (the list's) would all send their first
+        pages to the same workers, two or more at each while others idle for a page time."""
         if self.mode == MODE_LOAD_BALANCER:
             self._discover(at_least=len(self.fleet.board.workers()) if every else 0)
             return
         now = self._clock()
-        for replica in self.replicas():
+        replicas = self.replicas()
+        random.shuffle(replicas)  # in its own order: see below
+        for replica in replicas:
             if not every and replica.ready and now - replica.heard_at < 3 * self._probe_skip_s:
                 continue  # it answered a page just now: alive, and its room is known
             self._probe_one(replica)

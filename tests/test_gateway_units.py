@@ -136,6 +136,24 @@ def test_all_ejected_waits_for_the_one_back_soonest():
     assert replicas.acquire().url == a.url
 
 
+def test_processes_that_probed_the_same_list_send_their_first_pages_to_different_workers():
+    """Among idle workers a page goes to the one heard from last. Gateway processes that
+    probed the same list in its order would send their first pages to the same workers (two
+    at each, at 128 replicas and 8 processes, while half the fleet idled for a page time):
+    each probes in an order of its own."""
+    clock = Clock()
+    urls = [f"http://w{i}" for i in range(64)]
+    first_pages = []
+    for _ in range(2):  # two gateway processes
+        def probe(url, headers):
+            clock.now += 0.001  # one after the other
+            return True, {"X-Ocr-Capacity": "2", "X-Ocr-Free": "2"}
+        replicas = ReplicaSet(mode=MODE_LIST, urls=urls, clock=clock, probe=probe)
+        replicas.probe_all()
+        first_pages.append({replicas.acquire().url for _ in range(16)})
+    assert len(first_pages[0] & first_pages[1]) < 16  # the same 16 workers: 1 in 5e14
+
+
 def test_dns_discovery_adds_and_removes_replicas():
     answers = {"addresses": ["http://10.0.0.1:8101"]}
     probed = []
