@@ -395,7 +395,7 @@ class ReplicaSet:
             return
         now = self._clock()
         replicas = self.replicas()
-        random.shuffle(replicas)  # in its own order: see below
+        random.shuffle(replicas)  # an order of its own (above)
         for replica in replicas:
             if not every and replica.ready and now - replica.heard_at < 3 * self._probe_skip_s:
                 continue  # it answered a page just now: alive, and its room is known

@@ -139,8 +139,8 @@ def test_all_ejected_waits_for_the_one_back_soonest():
 def test_processes_that_probed_the_same_list_send_their_first_pages_to_different_workers():
     """Among idle workers a page goes to the one heard from last. Gateway processes that
     probed the same list in its order would send their first pages to the same workers (two
-    at each, at 128 replicas and 8 processes, while half the fleet idled for a page time):
-    each probes in an order of its own."""
+    or more at each, while others idled for a page time): each probes in an order of its
+    own."""
     clock = Clock()
     urls = [f"http://w{i}" for i in range(64)]
     first_pages = []
