@@ -24,11 +24,12 @@ import math
 import random
 import secrets
 import threading
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from services.ocr_api import headers
-from services.ocr_api.fleet_board import CLIENT_KINDS, Board
+from services.ocr_api.fleet_board import CLIENT_KINDS, REMEMBER_S, Board
 
 from .reserve import reserve_for
 
@@ -37,7 +38,7 @@ MIN_UNHELD = 0.25  # of the fleet's slots, left to documents with pages to send
 REBUILD_S = 0.05  # the outgoing board header is rebuilt at most this often (new demand aside)
 MAX_PROBE_ROUND = 256
 WAKE_UNSURE_S = 1.5  # just woken, this long it counts the idle processes as busy as itself
-REMEMBER_S = 60.0  # another process heard from this recently may wake with this one
+RISE_AFTER_S = 1.5  # behind a balancer, a rise in its demand is taken this long after said
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ class FleetView:
         self._lock = threading.Lock()
         self._seq = self._estimate_seq = 0
         self._documents = 0
+        self._said: deque[tuple[float, float]] = deque([(float("-inf"), 0.0)])  # (when, demand)
         self._held = 0
         self._held_seq = 0
         self._rate, self._rate_seq = 0.0, 0
@@ -87,10 +89,10 @@ class FleetView:
         self._told_quiet = True  # what the last `untold` news was (a new process is quiet)
         self._outgoing: tuple | None = None  # ((demand seq, busy), built at, header)
         self._unsure_until = float("-inf")  # just woken: until then (`_demands`)
+        self._first_wave = False  # woken, and no document page of its has come back since
         self._documents_gone_at = float("-inf")  # when its last document was all sent
         self._woke_untold = False  # woken since the last `untold`
         self.balanced = True  # behind one balancer (gateway.upstreams says): wakes are unsure
-        self._seen: dict[str, float] = {}  # other process -> when it last said its demand
 
     # ---- what this process says --------------------------------------------------------------
     def set_demand(self, documents: float, held: int = 0) -> bool:
@@ -114,29 +116,45 @@ class FleetView:
                 if not documents:
                     self._documents_gone_at = now
                 self._documents, self._seq = documents, self._seq + 1
+                self._said.append((now, documents))
+                self._forget_said(now - RISE_AFTER_S)
             if woke:
                 self._unsure_until, self._woke_untold = now + WAKE_UNSURE_S, True
+                self._first_wave = True
             return woke or was_busy != bool(documents or held)
 
+    def page_back(self) -> None:
+        """A document page this process sent has come back (its first wave is over, `share`)."""
+        if self._first_wave:
+            with self._lock:
+                self._first_wave = False
+
     def unsure(self) -> bool:
-        """Just woken, and other processes have been heard from: it may not have heard yet
+        """Just woken, and other processes have been heard of: it may not have heard yet
         that some of them woke too (`_demands`)."""
-        seen = self._remember()
+        others = self._others()
         with self._lock:
-            return self.board.clock() < self._unsure_until and bool(seen)
+            return self.board.clock() < self._unsure_until and bool(others)
+
+    def _others(self) -> list[str]:
+        """The other processes heard of in the last REMEMBER_S: those this one remembers,
+        then one name for each that only a worker did (`_unheard`)."""
+        seen = list(self._remember())
+        return seen + [f"unheard-{k}" for k in range(self._unheard(len(seen)))]
 
     def _remember(self) -> dict[str, float]:
-        """The other processes heard from in the last REMEMBER_S, and when they last said
-        their demand (the board forgets an entry 10 s after it was said)."""
-        now = self.board.clock()
-        said = self.board.last_said("c")
-        with self._lock:
-            for other, heard in said.items():
-                if other != self.id:
-                    self._seen[other] = max(heard, self._seen.get(other, heard))
-            for gone in [i for i, heard in self._seen.items() if now - heard > REMEMBER_S]:
-                del self._seen[gone]
-            return dict(self._seen)
+        """The other processes heard of in the last REMEMBER_S, and when each last said its
+        demand (the board forgets an entry 10 s after it was said)."""
+        known = self.board.known_clients()
+        known.pop(self.id, None)
+        return known
+
+    def _unheard(self, remembered: int) -> int:
+        """Other processes that a worker heard of in the last REMEMBER_S (its `n` entry; the
+        largest said) beyond the `remembered` ones: at a fleet's start, or after a quiet
+        spell, most processes have heard of few of the others."""
+        said = max((e.value for e in self.board.live()["n"]), default=0.0)
+        return max(0, round(said) - 1 - remembered)
 
     def set_rate(self, rate: float) -> None:
         """The mean rate this process's documents with pages to send were sent at
@@ -183,9 +201,10 @@ class FleetView:
         knows of them is as old as its quiet spell. So both are told (and heard) by probes at
         once (gateway.upstreams `tell`); a blink (quiet and busy again before the probes go)
         is not news. Woken by documents, it tells also when the others' entries have expired
-        but it heard from them in the last REMEMBER_S: they may be waking too (`_demands`)."""
+        but it (or a worker) heard of them in the last REMEMBER_S: they may be waking too
+        (`_demands`)."""
         clients = self.board.clients()
-        seen = self._remember()
+        seen = self._others()
         with self._lock:
             quiet = not (self._documents or self._held)
             woke, self._woke_untold = self._woke_untold, False
@@ -227,7 +246,6 @@ class FleetView:
 
     def heard(self, board_header: str | None) -> None:
         self.board.merge(board_header)
-        self._remember()
 
     # ---- what it may take ----------------------------------------------------------------------
     def share(self, replica_slots: float | None = None) -> Share:
@@ -242,7 +260,8 @@ class FleetView:
         the workers less those, not the slots: a worker's target beyond its one page (a page
         queued) would fill them."""
         with self._lock:
-            mine, my_held = self._documents or 1, self._held
+            mine, my_held, first_wave = self._documents or 1, self._held, self._first_wave
+            taken = self._taken() or 1
             my_rate = self._rate if self._documents else None
             my_urgent, page_time_unknown = self._urgent, self._page_time_unknown
         live = self.board.live()
@@ -260,30 +279,57 @@ class FleetView:
         usable = min(total, workers) if reserve and workers else total
         # held pages come off, but never more than 3/4 of the fleet: entries of a gateway that
         # died with pages in flight linger until they expire, and must not starve the rest
-        quota = (max(usable - sum(held.values()) - reserve, MIN_UNHELD * total)
-                 / sum(demands.values()))
-        fraction = min(1.0, (my_held + mine * quota) / total)
+        free = max(usable - sum(held.values()) - reserve, MIN_UNHELD * total)
+        others = sum(demands.values()) - mine
+        quota = free / (others + mine)
+        part = min(mine * quota, taken * free / (others + taken))  # `_taken`
+        if first_wave:  # the first pages out run a page time: no more than one process's
+            part = min(part, free / sum(1 for i, d in demands.items() if d or i == self.id))
+        fraction = min(1.0, (my_held + part) / total)
         return Share(fraction, slots or None, targets, len(demands), sum(demands.values()),
                      sum(held.values()), quota, self._fleet_rate(live["s"], demands, my_rate),
                      reserve)
 
+    def _taken(self) -> float:
+        """Under the lock: the demand this process takes its share by. Behind a balancer, a
+        rise is taken RISE_AFTER_S after it was said (a fall at once): its news reaches the
+        other processes through the workers' answers, a second or so later behind nginx with
+        long pages, and taken at once, a rise (a document's weight back up as its lead
+        shrinks, gateway.lead; a new document) would add to the shares the others still take
+        by its old demand: the fleet's images would wait behind the pages over. The least it
+        said since then (a dip and a rise within it: the others may have taken the dip's
+        room). Not while just woken (`unsure`: its documents come one by one as they are
+        split, and the others count it as busy as themselves meanwhile)."""
+        now = self.board.clock()
+        if not self.balanced or not self._documents or now < self._unsure_until:
+            return self._documents
+        self._forget_said(max(now - RISE_AFTER_S, self._unsure_until))
+        return min(documents for _, documents in self._said if documents)
+
+    def _forget_said(self, since: float) -> None:
+        """Under the lock: the demands said before `since`, but the one in force then."""
+        while len(self._said) > 1 and self._said[1][0] <= since:
+            self._said.popleft()
+
     def _demands(self, clients: list, mine: float) -> dict[str, float]:
         """Every process's documents with pages to send, as this one counts them. For
-        WAKE_UNSURE_S after it woke, each other process heard from in the last REMEMBER_S and
-        not heard with documents counts as having as many as this one: its entries may be
-        old news, may have expired (an idle process's probes meet other workers than this
-        one's, so idle processes often do not hear each other), or may say it was idle a
-        moment before it woke too. Documents sent at once wake several processes within a
-        second, and each would otherwise take the fleet as its own until its first pages
-        come back: at 128 replicas of 4 s pages behind nginx, 170 pages out for 120 free
-        workers, and none left idle for images for two page times. Those that woke together
-        each take an equal part meanwhile, and as each hears the others' news (they tell
-        every worker as they wake, and it probes a few every TELL_GAP_S, gateway.upstreams
-        `settle`), their documents."""
+        WAKE_UNSURE_S after it woke, each other process heard of in the last REMEMBER_S (by
+        this one, or by a worker: `_others`) and not heard with documents counts as having as
+        many as this one: its entries may be old news, may have expired (an idle process's
+        probes meet other workers than this one's, so idle processes often do not hear each
+        other), may say it was idle a moment before it woke too, or may never have reached
+        this one (processes that started together, then woke at once, have heard of few of
+        the others; the workers, which all of them probed, have). Documents sent at once wake
+        several processes within a second, and each would otherwise take the fleet as its
+        own until its first pages come back: at 128 replicas of 4 s pages behind nginx, 170
+        pages out for 120 free workers, and none left idle for images for two page times.
+        Those that woke together each take an equal part meanwhile, and as each hears the
+        others' news (they tell every worker as they wake, and it probes a few every
+        TELL_GAP_S, gateway.upstreams `settle`), their documents."""
         with self._lock:
             unsure = self.board.clock() < self._unsure_until
         demands = {c.id: c.value for c in clients}
-        for other in self._remember() if unsure else ():
+        for other in self._others() if unsure else ():
             demands[other] = demands.get(other) or mine
         demands[self.id] = mine
         return demands
@@ -305,7 +351,7 @@ class FleetView:
         share = self.share()
         return {"client": self.id, "fraction": round(share.fraction, 4),
                 "gatewayProcesses": share.clients,
-                "gatewayProcessesLastMinute": 1 + len(self._remember()),
+                "gatewayProcessesLastMinute": 1 + len(self._others()),
                 "workers": len(share.targets), "fleetSlots": round(share.slots or 0, 2),
                 "limit": share.limit(self.default_target), "documents": self._documents,
                 "rate": share.rate,

@@ -11,8 +11,11 @@ So the rate each document was sent at is measured: its chunks sent over its age 
 page time, which is exactly its share's rate from the start (the first page time's worth goes
 out at once). Each process tells the board its documents' mean rate (`s` entries); the
 fleet's rate is the mean over every process. A document's lead is what it was sent beyond the
-fleet's rate over its own age, in quotas (its chunks in flight): one quota ahead, it counts
-half a share; two ahead, a quarter (MIN). The documents behind are not raised: the share a
+fleet's rate over its own age, in quotas (its chunks in flight): up to DEAD_BAND ahead, it
+is left alone (a few seconds of a long run; and each change of weight moves the fleet's
+shares, which the processes hear a second apart: a dip's room is taken by the others and a rise
+comes before they give it back, gateway.fleet `_taken`); 1.5 quotas ahead, it counts half a
+share; 2.5 ahead, a quarter (MIN). The documents behind are not raised: the share a
 slowed document leaves goes to the others by the board's arithmetic, and raising them as well
 would over-fill the fleet while the board catches up (their images then wait behind pages).
 Rates, not counts, are compared, so a document that came later keeps its equal share: it is
@@ -28,6 +31,7 @@ from dataclasses import dataclass
 MIN, STEP = 0.25, 0.25
 HOLD_S = 0.5
 SLOPE = 0.5  # the weight's change per quota of lead
+DEAD_BAND = 1.0  # quotas of lead left alone
 
 
 def rate(sent: int, age_s: float, page_s: float) -> float:
@@ -43,7 +47,7 @@ class Weight:
     def follow(self, lead: float, quota: float, now: float) -> float:
         """The weight `lead` chunks over a `quota` call for: at once when higher, else one
         STEP down towards it."""
-        goal = 1.0 - SLOPE * lead / max(quota, 1.0)
+        goal = 1.0 - SLOPE * max(0.0, lead / max(quota, 1.0) - DEAD_BAND)
         goal = min(1.0, max(MIN, round(goal / STEP) * STEP))
         if goal > self.value:
             self.value = goal  # the lead shrinks: no holding back what is not owed

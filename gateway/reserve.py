@@ -6,10 +6,11 @@ refuses it at once. Where a page takes a couple of seconds, a few tries find a w
 ends its page soon enough. Where pages take longer than LONG_PAGE_S, few do; and equal pages
 sent together end together, in waves a page time apart, between which no worker would start an
 image. So the fleet keeps workers idle for them. Each gateway process measures how many workers
-its urgent pages keep busy on average (UrgentLoad: their attempts' seconds over the last
-WINDOW_S, Little's law) and says it on the board (`u`, while its pages are long); every process
-keeps `reserve_for(the fleet's sum)` workers out of its documents' share (gateway.fleet): the
-load and two standard deviations of it (arrivals at random), at most one worker in 16. Until
+its urgent pages keep busy on average (UrgentLoad: their rate over the last WINDOW_S times
+their median time, Little's law) and says it on the board (`u`, while its pages are long);
+every process keeps `reserve_for(the fleet's sum)` workers out of its documents' share
+(gateway.fleet): the load and a standard deviation of it (arrivals at random; two kept the
+p95 at 0.35-0.45 s and cost a point or two of throughput), at most one worker in 16. Until
 it has timed a page, a process with documents keeps the most (and says its urgent load):
 documents sent at once would otherwise fill every worker for the first page time. The
 documents lose what the images leave of it unused, and the pages a worker holds beyond the one
@@ -26,6 +27,7 @@ Pure apart from a lock: the caller gives the time."""
 from __future__ import annotations
 
 import math
+import statistics
 import threading
 from collections import deque
 
@@ -51,14 +53,18 @@ class UrgentLoad:
 
     def load(self, now: float) -> float:
         """Workers busy with urgent pages, on average over the window (or since the first
-        answer in it, when that is more recent): 0 with none."""
+        answer in it, when that is more recent): their rate times their median time; 0 with
+        none. The median, not the mean: an image that waited behind a page at a busy worker
+        (the fleet full, at a wave) kept no worker of the reserve busy, and counted in, a
+        few such would double the reserve for a whole window."""
         with self._lock:
             while self._done and self._done[0][0] <= now - self.window_s:
                 self._done.popleft()
             if not self._done or self._since is None:
                 return 0.0
             span = min(self.window_s, now - self._since)
-            return sum(seconds for _, seconds in self._done) / max(span, 1e-3)
+            own = statistics.median(seconds for _, seconds in self._done)
+            return len(self._done) * own / max(span, 1e-3)
 
 
 class PageTime:
@@ -86,7 +92,7 @@ class PageTime:
 
 
 def reserve_for(load: float, workers: int, page_time_unknown: bool = False) -> int:
-    """Workers to keep idle for an urgent load (its mean, in workers): the mean and two of
+    """Workers to keep idle for an urgent load (its mean, in workers): the mean and one of
     its standard deviations (Poisson), in whole workers, and at most MAX_SHARE of the
     `workers`; none for none. While no page has been timed yet (`page_time_unknown`), the most:
     documents sent at once would otherwise fill every worker for a whole page time."""
@@ -95,4 +101,4 @@ def reserve_for(load: float, workers: int, page_time_unknown: bool = False) -> i
         return most
     if load <= 0:
         return 0
-    return min(math.ceil(load + 2 * math.sqrt(load)), most)
+    return min(math.ceil(load + math.sqrt(load)), most)

@@ -9,7 +9,7 @@ import pytest
 
 from gateway import lead
 from gateway.outcome import Attempt
-from gateway.fleet import REBUILD_S, FleetView, dither, slots_of
+from gateway.fleet import REBUILD_S, RISE_AFTER_S, FleetView, dither, slots_of
 from gateway.outcome import Outcome
 from gateway.upstreams import MODE_LIST, MODE_LOAD_BALANCER, ReplicaSet
 from services.ocr_api import headers
@@ -183,13 +183,14 @@ def test_a_documents_rate_counts_its_first_page_time_so_a_fair_start_is_its_shar
 
 def test_a_document_ahead_of_the_fleet_steps_down_and_comes_back_once_caught_up():
     weight = lead.Weight()
-    assert weight.follow(lead=8, quota=8, now=0.0) == 0.75  # one step towards 0.5...
-    assert weight.follow(lead=8, quota=8, now=0.1) == 0.75  # ...at most every HOLD_S
-    assert weight.follow(lead=8, quota=8, now=0.6) == 0.5
+    assert weight.follow(lead=8, quota=8, now=0.0) == 1.0  # a quota: left alone
+    assert weight.follow(lead=24, quota=8, now=0.0) == 0.75  # one step towards 0.25...
+    assert weight.follow(lead=24, quota=8, now=0.1) == 0.75  # ...at most every HOLD_S
+    assert weight.follow(lead=24, quota=8, now=0.6) == 0.5
     assert weight.follow(lead=80, quota=8, now=1.2) == 0.25  # never below MIN
     assert weight.follow(lead=80, quota=8, now=1.8) == lead.MIN
-    assert weight.follow(lead=4, quota=8, now=1.9) == 0.75  # the lead shrinks: at once
-    assert weight.follow(lead=1, quota=8, now=2.0) == 1.0  # caught up (within a step)
+    assert weight.follow(lead=16, quota=8, now=1.9) == 0.5  # the lead shrinks: at once
+    assert weight.follow(lead=9, quota=8, now=2.0) == 1.0  # caught up (within a step)
     assert weight.follow(lead=-80, quota=8, now=2.1) == 1.0  # behind: not raised (the
     # share a slowed document leaves goes to the others)
 
@@ -277,6 +278,7 @@ class SimulatedFleet:
             replicas.release(replica, Attempt(Outcome.OK, 200, {}, "",
                                               worker=answer[headers.WORKER],
                                               board=answer[headers.BOARD]))
+            replicas.fleet.page_back()  # (the scheduler's, as it times a document's page)
         self.clock.now += 2.0
 
 
@@ -364,7 +366,10 @@ def test_gateways_idle_long_enough_to_forget_each_other_still_wake_together_with
     """Idle, two processes' probes meet different workers, and their entries expire (5 s):
     when documents come, neither has the other on its board. Each still counts the other
     (heard from a minute ago at most) until it has heard who woke, and tells every worker
-    that it woke, so the other hears it."""
+    that it woke, so the other hears it. Then each takes its documents' share, but until the
+    first of the pages it sent as it woke comes back, not more than an equal part per
+    process: pages sent before the processes heard each other run a page time, and the one
+    with fewer documents may have sent that much."""
     clock = Clock()
     fleet = SimulatedFleet(clock, 64)
     a, b = fleet.gateway(demand=0), fleet.gateway(demand=0)
@@ -385,8 +390,53 @@ def test_gateways_idle_long_enough_to_forget_each_other_still_wake_together_with
     for replicas in (a, b):
         replicas.settle()
     clock.now += 1.5
-    assert [r.fleet.share().fraction for r in (a, b)] == [pytest.approx(0.75),
+    # by their documents; but until a page of its first wave is back, no more than half
+    assert [r.fleet.share().fraction for r in (a, b)] == [pytest.approx(0.5),
                                                            pytest.approx(0.25)]
+    a.fleet.page_back()
+    assert a.fleet.share().fraction == pytest.approx(0.75)
+
+
+def test_gateways_that_never_heard_each_other_wake_together_within_the_fleet():
+    """Four processes that started a few seconds apart each met the workers (their first
+    probe rounds) after the others' entries had expired: none has heard of another, but the
+    workers heard of all four. Documents sent at once (3, 1, 1 and 3) wake them together.
+    Each counts as many others as a worker heard of, each as busy as itself, until it hears
+    who woke: without the workers' count, a process that woke before the others told would
+    take the whole fleet, and one with a document out of four heard of would take a
+    quarter."""
+    clock = Clock()
+    fleet = SimulatedFleet(clock, 64)
+    gateways = [fleet.gateway(demand=0) for _ in range(4)]
+    for replicas in gateways:
+        replicas.probe_all(every=True)  # its first rounds meet the workers
+        clock.now += 6.0  # the next starts after this one's entries have expired
+    for replicas in gateways:
+        replicas.probe_all()  # an idle health round: a few workers, each a minute's memory
+        clock.now += 6.0
+    assert all(not r.fleet._remember() for r in gateways)  # none heard of another
+    assert [w[0].board.known_clients() for w in fleet.workers[:1]][0].keys() == {
+        r.fleet.id for r in gateways}
+
+    def limits() -> list[int]:
+        for replicas in gateways:
+            replicas.has_room()
+        return [r.replicas()[0].slots for r in gateways]
+
+    room = sum(worker[0].board.workers()[0].value for worker in fleet.workers[:1]) * 64
+    for replicas, documents in zip(gateways, (3, 1, 1, 3)):
+        replicas.set_demand(documents)
+        assert replicas.fleet.untold()  # news for every worker
+        replicas.probe_all(every=True)  # what `tell` does then: later ones hear earlier
+    assert all(r.fleet.unsure() for r in gateways)
+    assert [r.fleet.status()["gatewayProcessesLastMinute"] for r in gateways] == [4] * 4
+    assert sum(limits()) <= room * 1.05 + 4
+    for replicas in gateways:
+        replicas.settle()
+    clock.now += 1.5
+    assert not any(r.fleet.unsure() for r in gateways)
+    assert [r.fleet.share().documents for r in gateways] == [8] * 4  # now by their documents
+    assert sum(limits()) <= room * 1.05 + 4
 
 
 def test_a_gateway_that_goes_quiet_says_so_and_the_other_takes_the_fleet_at_once():
@@ -474,6 +524,35 @@ def test_among_equally_loaded_workers_an_empty_one_heard_last_and_a_busy_one_hea
     heard_in_turn(replicas, [urls[2], urls[0], urls[1]])
     first = replicas.acquire()
     assert first.url == urls[1]  # empty: heard from last
+
+
+def test_behind_a_balancer_a_rise_in_demand_is_taken_once_the_others_may_have_heard_it():
+    """A process's own demand is news to the others a second or so later (their next answers
+    from workers it told). A fall is taken at once (the others' shares grow only as they
+    hear it: the fleet is under-filled meanwhile, never over), a rise RISE_AFTER_S later
+    (taken at once, it would add to the shares the others still take by its old demand).
+    Its documents' quota follows at once either way."""
+    clock = Clock()
+    board = Board(clock=clock)
+    board.merge("w:aaaa:1:4000:0,c:bbbb:1:200:0")  # 40 slots; another process, 2 documents
+    view = FleetView(board)
+    view.set_demand(2)
+    view.page_back()  # (its first wave is over: `share` takes no more than half till then)
+    clock.now += 2.0  # (and it is sure of the others: `unsure`)
+    board.merge("c:bbbb:2:200:0")
+    assert view.share().fraction == pytest.approx(0.5)
+    view.set_demand(1)  # a document's weight down (gateway.lead): at once
+    assert view.share().fraction == pytest.approx(1 / 3)
+    clock.now += 0.5
+    view.set_demand(2)  # back up: said at once, taken later
+    assert view.outgoing()[headers.BOARD].startswith(f"c:{view.id}:3:200:")
+    share = view.share()
+    assert share.fraction == pytest.approx(1 / 3) and share.quota == pytest.approx(10)
+    clock.now += RISE_AFTER_S
+    assert view.share().fraction == pytest.approx(0.5)
+    view.balanced = False  # with a list, the room each worker says bounds what is sent
+    view.set_demand(3)
+    assert view.share().fraction == pytest.approx(0.6)
 
 
 def test_a_new_document_is_taken_into_the_limit_at_once_a_finished_one_at_the_next_rebalance():

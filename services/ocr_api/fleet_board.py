@@ -1,7 +1,7 @@
 """The fleet board: what the gateway processes and the workers of one fleet know of each
 other, passed on by gossip in one header (`X-Ocr-Board`) on every page and every answer.
 
-Six kinds of entries, each stamped by its owner with a sequence number (the newest wins,
+Seven kinds of entries, each stamped by its owner with a sequence number (the newest wins,
 so no clock is shared) and carried with its age (seconds since its owner last said it):
 
 - `c`, a **client** (one gateway process): how many documents it has with pages to send
@@ -21,6 +21,11 @@ so no clock is shared) and carried with its age (seconds since its owner last sa
 - `s`, a client's **send rate**: the chunks per second its documents with pages to send were
   sent at since they came (gateway.lead), so that a document that got ahead in one gateway gives
   the lead back to those in the others.
+- `n`, a worker's **gateway processes**: how many clients it has heard of in the last
+  REMEMBER_S. A gateway process that wakes (documents come after a quiet spell) has often
+  not heard of every other one yet (entries expire in seconds, and idle processes meet few
+  workers); the workers, which every process probes, have. gateway.fleet counts the ones it
+  has not heard of as waking too, for the moment it takes to hear them.
 - `u`, a client's **urgent load**: how many workers its interactive pages keep busy on
   average, said while pages are long enough that waiting for one to end would make them late
   (0 otherwise). The fleet keeps that many workers idle for them, and a margin
@@ -46,8 +51,10 @@ from typing import Callable, Iterable
 from services.ocr_api.headers import BOARD as BOARD_HEADER  # noqa: F401 (re-exported)
 MAX_HEADER_CHARS = 4096  # a longer header is ignored
 MAX_SENT_CHARS = 2048  # nginx's default proxy_buffer_size (4 KiB) holds every answer's headers
-KINDS = ("c", "h", "f", "s", "u", "w")
-CLIENT_KINDS = KINDS[:-1]
+KINDS = ("c", "h", "f", "s", "u", "w", "n")
+CLIENT_KINDS = ("c", "h", "f", "s", "u")
+WORKER_KINDS = ("w", "n")  # only the own are sent: a worker passes on other workers' `w`
+REMEMBER_S = 60.0  # a gateway process heard of this recently may still be there
 _ITEM = re.compile(r"\s*([%s]):([0-9a-z]{1,16}):([0-9]{1,12}):([0-9]{1,12}):([0-9]{1,12})\s*"
                    % "".join(KINDS))  # kind:id:seq:value*100:age*10
 
@@ -55,7 +62,8 @@ _ITEM = re.compile(r"\s*([%s]):([0-9a-z]{1,16}):([0-9]{1,12}):([0-9]{1,12}):([0-
 @dataclass
 class Entry:
     kind: str  # "c": a client's documents, "h": its held pages, "f": its fleet estimate,
-    # "s": its send rate, "u": its urgent load, "w": a worker's target
+    # "s": its send rate, "u": its urgent load, "w": a worker's target, "n": the clients a
+    # worker heard of (REMEMBER_S)
     id: str
     seq: int
     value: float  # a client's demand (documents), a worker's target (pages)
@@ -75,6 +83,7 @@ class Board:
         self._entries: dict[tuple[str, str], Entry] = {}
         self._turn = itertools.count()
         self._next_client = 0  # the other client whose entries the next header starts with
+        self._known: dict[str, float] = {}  # client -> when it last said its demand
 
     # ---- writing -----------------------------------------------------------------------------
     def say(self, kind: str, id: str, seq: int, value: float) -> None:
@@ -101,6 +110,10 @@ class Board:
         if old is not None and (old.seq, old.heard) >= (entry.seq, entry.heard):
             return  # an older statement, or the same one heard less recently
         self._entries[key] = entry
+        if entry.kind == "c":
+            self._known[entry.id] = max(entry.heard, self._known.get(entry.id, entry.heard))
+            if len(self._known) > self.max_entries:
+                del self._known[min(self._known, key=self._known.__getitem__)]
         if len(self._entries) > self.max_entries:
             stalest = min(self._entries, key=lambda k: self._entries[k].heard)
             del self._entries[stalest]
@@ -115,7 +128,7 @@ class Board:
             stale = []
             for key, entry in self._entries.items():
                 age = now - entry.heard
-                ttl = self.worker_ttl_s if entry.kind == "w" else self.client_ttl_s
+                ttl = self.worker_ttl_s if entry.kind in WORKER_KINDS else self.client_ttl_s
                 if age <= ttl:
                     out[entry.kind].append(entry)
                 elif age > 2 * ttl:
@@ -127,14 +140,17 @@ class Board:
     def clients(self) -> list[Entry]:
         return self.live()["c"]
 
-    def last_said(self, kind: str) -> dict[str, float]:
-        """When each owner of an entry of `kind` last said it (local clock), live or not
-        (an entry is forgotten twice its lifetime after)."""
-        with self._lock:
-            return {e.id: e.heard for e in self._entries.values() if e.kind == kind}
-
     def workers(self) -> list[Entry]:
         return self.live()["w"]
+
+    def known_clients(self) -> dict[str, float]:
+        """The clients heard of in the last REMEMBER_S (live entries or not), and when each
+        last said its demand (local clock)."""
+        now = self.clock()
+        with self._lock:
+            for gone in [i for i, heard in self._known.items() if now - heard > REMEMBER_S]:
+                del self._known[gone]
+            return dict(self._known)
 
     def header(self, first: Iterable[tuple[str, str]] = ()) -> str:
         """What to send, at most MAX_SENT_CHARS: the entries keyed in `first` (the sender's

@@ -21,8 +21,9 @@ every request.
 - 503 means busy only (admission or memory budget full, draining, model loading), always with
   Retry-After; a failed page is 500, a passed deadline 504.
 - Every /ocr and /readyz answer also carries `X-Ocr-Worker` (this process's id) and the
-  fleet board (services/ocr_api/fleet_board.py) with this worker's entry: its target, the
-  pages it should hold to stay busy (`Pace`; 0 while draining). The worker merges the board
+  fleet board (services/ocr_api/fleet_board.py) with this worker's entries: its target, the
+  pages it should hold to stay busy (`Pace`; 0 while draining), and how many gateway
+  processes it has heard of in the last minute. The worker merges the board
   each caller sends: it is the meeting point through which gateways that share it learn of
   each other and of the other workers."""
 
@@ -119,8 +120,8 @@ def ewma(old: float | None, new: float, weight: float) -> float:
 
 
 class Presence:
-    """This worker process on the fleet board: its id, its entry (target, or 0 while
-    draining), and the headers of each answer."""
+    """This worker process on the fleet board: its id, its entries (target, or 0 while
+    draining; the gateway processes heard of), and the headers of each answer."""
 
     def __init__(self, pace: Pace, draining: Callable[[], bool],
                  clock: Callable[[], float] = time.monotonic):
@@ -130,6 +131,7 @@ class Presence:
         self._draining = draining
         self._lock = threading.Lock()
         self._said: tuple[int, float] = (0, -1.0)  # (seq, value): a new value, a new seq
+        self._clients: tuple[int, int] = (0, 0)  # (seq, gateway processes heard of)
 
     def answer_headers(self, request_headers: Mapping[str, str]) -> dict[str, str]:
         self.board.merge(request_headers.get(headers.BOARD))
@@ -138,5 +140,12 @@ class Presence:
             seq, said = self._said
             if target != said:
                 self._said = seq, said = seq + 1, target
+        clients = len(self.board.known_clients())
+        with self._lock:
+            seq, said = self._clients
+            if clients != said:
+                self._clients = seq + 1, clients
         self.board.say("w", self.id, self._said[0], target)
-        return {headers.WORKER: self.id, headers.BOARD: self.board.header([("w", self.id)])}
+        self.board.say("n", self.id, self._clients[0], clients)
+        return {headers.WORKER: self.id,
+                headers.BOARD: self.board.header([("w", self.id), ("n", self.id)])}
