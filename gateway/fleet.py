@@ -282,7 +282,9 @@ class FleetView:
         free = max(usable - sum(held.values()) - reserve, MIN_UNHELD * total)
         others = sum(demands.values()) - mine
         quota = free / (others + mine)
-        part = min(mine * quota, taken * free / (others + taken))  # `_taken`
+        part = mine * quota
+        if reserve:  # pages are long (or not timed yet): a rise waits for the news (`_taken`)
+            part = min(part, taken * free / (others + taken))
         if first_wave:  # the first pages out run a page time: no more than one process's
             part = min(part, free / sum(1 for i, d in demands.items() if d or i == self.id))
         fraction = min(1.0, (my_held + part) / total)
@@ -291,7 +293,8 @@ class FleetView:
                      reserve)
 
     def _taken(self) -> float:
-        """Under the lock: the demand this process takes its share by. Behind a balancer, a
+        """Under the lock: the demand this process takes its share by while the fleet keeps
+        workers idle for images (pages long: `share`). Behind a balancer, a
         rise is taken RISE_AFTER_S after it was said (a fall at once): its news reaches the
         other processes through the workers' answers, a second or so later behind nginx with
         long pages, and taken at once, a rise (a document's weight back up as its lead

@@ -395,9 +395,10 @@ class Scheduler:
         if share.rate is None:
             return
         weights = [doc.weight.value for doc in docs]
+        dead_band = lead.DEAD_BAND if share.reserve else 0.0  # (gateway.lead)
         for doc, own in zip(docs, rates):
             ahead = (own - share.rate) * (now - doc.admitted_at + page_s)
-            doc.weight.follow(ahead, share.quota, now)
+            doc.weight.follow(ahead, share.quota, now, dead_band)
         if weights != [doc.weight.value for doc in docs]:
             self._tell_demand()
 
