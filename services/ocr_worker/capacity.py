@@ -130,22 +130,20 @@ class Presence:
         self._pace = pace
         self._draining = draining
         self._lock = threading.Lock()
-        self._said: tuple[int, float] = (0, -1.0)  # (seq, value): a new value, a new seq
-        self._clients: tuple[int, int] = (0, 0)  # (seq, gateway processes heard of)
+        self._said: dict[str, tuple[int, float]] = {}  # kind -> (seq, value last said)
 
     def answer_headers(self, request_headers: Mapping[str, str]) -> dict[str, str]:
         self.board.merge(request_headers.get(headers.BOARD))
-        target = 0.0 if self._draining() else round(self._pace.target() * 20) / 20
-        with self._lock:
-            seq, said = self._said
-            if target != said:
-                self._said = seq, said = seq + 1, target
-        clients = len(self.board.known_clients())
-        with self._lock:
-            seq, said = self._clients
-            if clients != said:
-                self._clients = seq + 1, clients
-        self.board.say("w", self.id, self._said[0], target)
-        self.board.say("n", self.id, self._clients[0], clients)
+        self._say("w", 0.0 if self._draining() else round(self._pace.target() * 20) / 20)
+        self._say("n", len(self.board.known_clients()))
         return {headers.WORKER: self.id,
                 headers.BOARD: self.board.header([("w", self.id), ("n", self.id)])}
+
+    def _say(self, kind: str, value: float) -> None:
+        """This worker's entry of `kind` on its board, with a new seq when its value changed."""
+        with self._lock:
+            seq, said = self._said.get(kind, (0, None))
+            if value != said:
+                seq += 1
+                self._said[kind] = seq, value
+        self.board.say(kind, self.id, seq, value)
