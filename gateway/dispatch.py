@@ -72,6 +72,8 @@ class ReplicaClient:
                    h.DEADLINE_MS: str(max(1, int(remaining * 1000))),
                    h.PRIORITY: "high" if first else "normal", **self.settings.headers,
                    **self.fleet.outgoing(), **tracing.outgoing()}  # traceparent: this attempt
+        if not first and not self.settings.balanced:  # see services/ocr_worker/service.py
+            headers[h.WITHIN_TARGET] = "1"  # `_admit`: several placing processes, stale views
         if start_within_s is not None:
             headers[h.START_WITHIN_MS] = str(max(1, int(start_within_s * 1000)))
             if self.settings.balanced:
@@ -100,7 +102,12 @@ class ReplicaClient:
                        retry_after_s=h.int_header(response.headers, "Retry-After"),
                        worker=response.headers.get(h.WORKER),
                        board=response.headers.get(h.BOARD),
-                       engine=response.headers.get(h.ENGINE), seconds=seconds)
+                       engine=response.headers.get(h.ENGINE), seconds=seconds,
+                       starts_in_s=_seconds(h.int_header(response.headers, h.STARTS_IN_MS)))
+
+
+def _seconds(milliseconds: int | None) -> float | None:
+    return None if milliseconds is None else milliseconds / 1000.0
 
 
 def _json_or_empty(data: bytes) -> dict[str, Any]:

@@ -92,7 +92,9 @@ class FleetView:
         self._first_wave = False  # woken, and no document page of its has come back since
         self._documents_gone_at = float("-inf")  # when its last document was all sent
         self._woke_untold = False  # woken since the last `untold`
-        self.balanced = True  # behind one balancer (gateway.upstreams says): wakes are unsure
+        self.balanced = True  # behind one balancer (gateway.upstreams says): a first wave
+        # is capped and a rise is taken late (`share`); with a list, each worker's room
+        # (its target, which it holds to) bounds what processes that have not heard send it
 
     # ---- what this process says --------------------------------------------------------------
     def set_demand(self, documents: float, held: int = 0) -> bool:
@@ -103,12 +105,14 @@ class FleetView:
         documents to send after WAKE_UNSURE_S without any, whatever else is in flight: an
         image being read when a PDF comes (a process that serves both is seldom quiet) must
         not hide the wake, and documents that follow each other closely are no wake (each
-        would probe every worker). Only behind a balancer: with a list, the room each worker
-        last said bounds what the processes that woke together send it."""
+        would probe every worker). With a list too: each worker's room (its target, which it
+        holds to) bounds what the processes that woke together send it, but each taking the
+        fleet as its own, they would fill every worker before hearing each other, and leave
+        none idle for an image (gateway.reserve) for a page time."""
         now = self.board.clock()
         with self._lock:
             was_busy = bool(self._documents or self._held)
-            woke = (self.balanced and bool(documents) and not self._documents
+            woke = (bool(documents) and not self._documents
                     and now - self._documents_gone_at >= WAKE_UNSURE_S)
             if held != self._held:
                 self._held, self._held_seq = held, self._held_seq + 1
@@ -120,7 +124,7 @@ class FleetView:
                 self._forget_said(now - RISE_AFTER_S)
             if woke:
                 self._unsure_until, self._woke_untold = now + WAKE_UNSURE_S, True
-                self._first_wave = True
+                self._first_wave = self.balanced
             return woke or was_busy != bool(documents or held)
 
     def page_back(self) -> None:
@@ -256,9 +260,12 @@ class FleetView:
         process has heard of, or a larger estimate another gateway process has (one that has
         already met the new workers of a scale-up). With a replica list or DNS name, the
         gateway knows the replicas itself: `replica_slots`, the sum of their targets. While
-        the fleet keeps workers idle for urgent pages (gateway.reserve), the documents share
-        the workers less those, not the slots: a worker's target beyond its one page (a page
-        queued) would fill them."""
+        the fleet keeps workers idle for urgent pages (gateway.reserve), behind a balancer
+        the documents share the workers less those, not the slots: a worker's target beyond
+        its one page (a page queued) would fill them (nginx sends each page to the emptiest).
+        With a list, every process leaves the same workers idle (gateway.upstreams
+        `_reserved`): the documents share the slots less those workers' part, and the
+        others keep their page queued (it hides the gap before their next)."""
         with self._lock:
             mine, my_held, first_wave = self._documents or 1, self._held, self._first_wave
             taken = self._taken() or 1
@@ -276,10 +283,12 @@ class FleetView:
         urgent[self.id] = my_urgent
         workers = sum(1 for target in targets.values() if target > 0)
         reserve = reserve_for(sum(urgent.values()), workers, page_time_unknown)
-        usable = min(total, workers) if reserve and workers else total
+        usable, kept = total, reserve * total / max(workers, 1)  # with a list (above)
+        if self.balanced and reserve and workers:
+            usable, kept = min(total, workers), reserve
         # held pages come off, but never more than 3/4 of the fleet: entries of a gateway that
         # died with pages in flight linger until they expire, and must not starve the rest
-        free = max(usable - sum(held.values()) - reserve, MIN_UNHELD * total)
+        free = max(usable - sum(held.values()) - kept, MIN_UNHELD * total)
         others = sum(demands.values()) - mine
         quota = free / (others + mine)
         part = mine * quota
@@ -387,7 +396,3 @@ def dither(share: float, draw: Callable[[], float] = random.random) -> int:
     whole = math.floor(share)
     return whole + (draw() < share - whole)
 
-
-def slots_of(target: float) -> int:
-    """Whole pages for a target: a sliver (under 5 %) is none."""
-    return max(0, math.ceil(target - 0.05))

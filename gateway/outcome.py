@@ -15,7 +15,8 @@ class Outcome(enum.Enum):
     REJECTED = "rejected"  # a 4xx other than 429: the document's own problem, not retried
     BUSY = "busy"          # 503 / 429: the replica is full or draining; send again later
     LATER = "later"        # 503 + X-Ocr-Starts-In-Ms: it would start the page later than
-    #                        asked (X-Ocr-Start-Within-Ms); another replica, at once
+    #                        asked (X-Ocr-Start-Within-Ms), or it holds its target's pages
+    #                        (X-Ocr-Within-Target); another replica, at once
     FAILED = "failed"      # 500 and other 5xx from a live replica: retried within the budget
     DOWN = "down"          # connection error, timeout, 502/504 from a proxy: retried, ejects
 
@@ -56,3 +57,4 @@ class Attempt:
     timed_out: bool = False  # no answer within the time allowed (a 504 to the caller)
     engine: str | None = None  # the engine identity the replica says it runs (page cache)
     seconds: float = 0.0  # from sending to the whole answer
+    starts_in_s: float | None = None  # LATER: when the worker would have started it

@@ -1,4 +1,4 @@
-"""Workers kept idle for urgent pages, when pages are long, behind one balancer.
+"""Workers kept idle for urgent pages, when pages are long.
 
 An urgent page (a one-page interactive request: an image) asks the worker it goes to to start
 it soon (gateway.scheduler START_WITHIN_S), and a worker whose page under way ends later
@@ -19,10 +19,12 @@ replicas of 4 s pages behind nginx with 2 gateways, two runs each way, one after
 (`BENCH_FLEET_SHAPES=nginx:128:2`): image p95 3.4 and 3.0 s -> 1.9 and 1.9 s (after the first
 page time 3.2 and 3.0 -> 0.4 and 0.6 s), efficiency 0.92 and 0.96 -> 0.90 and 0.92.
 
-Only behind a balancer (nginx, a k8s Service). With a replica list at 128 replicas and 4
-gateways (8 processes on this machine's 2 cores, 20 ms of gateway CPU a page, so long refill
-gaps) it cost more than it gave: efficiency 0.88 (0.90-0.99 without it, runs of the same day).
-Pure apart from a lock: the caller gives the time."""
+Behind a balancer, nginx sends each page to the emptiest worker, so the documents share the
+workers less the reserve and no worker holds a page queued. With a list, every process keeps
+the same workers idle (gateway.upstreams `_reserve`) and the others keep their page queued:
+without, the gap before each worker's next page cost more than the reserve gave (efficiency
+0.88 at 128 replicas and 4 gateways, where each page costs 15-20 ms of gateway CPU on this
+machine's 2 cores). Pure apart from a lock: the caller gives the time."""
 
 from __future__ import annotations
 

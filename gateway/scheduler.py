@@ -43,7 +43,7 @@ from .dispatch import ReplicaClient
 from .outcome import Attempt, Outcome
 from .reserve import PageTime, UrgentLoad
 from .split import Chunk
-from .upstreams import MODE_LOAD_BALANCER, NoReplicas, Replica, ReplicaSet
+from .upstreams import NoReplicas, Replica, ReplicaSet
 
 log = logging.getLogger("gateway.scheduler")
 
@@ -395,7 +395,7 @@ class Scheduler:
         if share.rate is None:
             return
         weights = [doc.weight.value for doc in docs]
-        dead_band = lead.DEAD_BAND if share.reserve else 0.0  # (gateway.lead)
+        dead_band = lead.DEAD_BAND if self._page_time.long() else 0.0  # (gateway.lead)
         for doc, own in zip(docs, rates):
             ahead = (own - share.rate) * (now - doc.admitted_at + page_s)
             doc.weight.follow(ahead, share.quota, now, dead_band)
@@ -404,14 +404,13 @@ class Scheduler:
 
     def _say_urgent(self, now: float, documents: bool) -> None:
         """Under the lock: the workers this process's urgent pages keep busy, said while pages
-        are long (or may be: none timed yet) behind a balancer, and whether it has
+        are long (or may be: none timed yet), and whether it has
         `documents` with pages to send and no page timed yet (gateway.reserve); without
         documents and a page timed, as the processes with documents say (FleetView)."""
-        balanced = self.replicas.mode == MODE_LOAD_BALANCER
         unknown = not self._page_time.known()
         self.replicas.fleet.set_urgent(
-            self._urgent.load(now) if balanced and (unknown or self._page_time.long()) else 0.0,
-            page_time_unknown=balanced and documents and unknown,
+            self._urgent.load(now) if unknown or self._page_time.long() else 0.0,
+            page_time_unknown=documents and unknown,
             follow=unknown and not documents)
 
     def snapshot(self) -> dict[str, int]:

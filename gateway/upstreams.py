@@ -16,17 +16,29 @@ the one heard from last. So a page goes first where this process's last page jus
 (what it knows best), gateways keep to the workers they already use instead of piling onto
 one that looked empty a while ago, and a worker another gateway leaves shows as empty at its
 next probe. When every worker is busy, a page that waits at one (its target is over one
-page) goes to the busy worker heard from first: its running page most likely started first,
-so the waiting page (an image, say) starts soonest. A ready replica that answered a page
-within three health intervals is not probed (its room is known, and at 64 replicas and up
-probes would cost more than pages).
+page) goes to the busy worker heard from first: its running page most likely started first.
+A ready replica that answered a page within three health intervals is not probed (its room
+is known, and at 64 replicas and up probes would cost more than pages).
+
+What a worker said is a while old, and several placing processes (gateways, and the gunicorn
+processes in each) act on it at once: they all saw the same worker as the emptiest, and sent
+it a page each, three to five at a few while others idled (at 128 replicas and 4 gateways a
+page then waited up to three page times, documents finished two page times apart, and the
+last ones 10-14 s after their last page was sent). So each document page asks the worker to
+refuse it beyond its target (`X-Ocr-Within-Target`, services/ocr_worker/service.py
+`_admit`): a refusal is Outcome.LATER (no pause, no attempt spent, the next try goes
+elsewhere), it says the worker's room now, and when its page under way ends, until which
+this process sends it no document page (`_full_until`).
 
 An urgent page (an image: one page, interactive) goes out at once, asking to start soon
 (gateway.scheduler, START_WITHIN_S): an idle worker takes it (nginx `least_conn` and the
 emptiest-first pick above find one if there is one); a busy worker whose page under way ends
 later refuses it at once (Outcome.LATER: no pause, no attempt spent), and the next try goes
 to another (the balancer rotates; with a list, one not tried yet). Sent into a full fleet
-without asking, it would wait behind a whole page at whichever worker it met.
+without asking, it would wait behind a whole page at whichever worker it met. With a list,
+an image goes first to an idle worker kept for urgent pages (`_reserve`: the same ones in
+every process, while the fleet keeps some, gateway.reserve), else to one idle, else to the
+one where this process's oldest page out was sent (`_rank`).
 
 Busy is not down: a 503/429 (not a LATER) pauses the replica briefly (a short, growing
 pause) and never ejects it. Only connection errors and timeouts eject a replica (not in
@@ -48,13 +60,16 @@ import random
 import socket
 import threading
 import time
+import zlib
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 from services.ocr_api import headers as h
+from services.ocr_api.fleet_board import slots_of
 
 from .backoff import Backoff
-from .fleet import MAX_PROBE_ROUND, FleetView, Share, dither, slots_of
+from .fleet import MAX_PROBE_ROUND, FleetView, Share, dither
 from .outcome import Attempt, Outcome
 
 log = logging.getLogger("gateway.upstreams")
@@ -66,6 +81,7 @@ REBALANCE_S = 0.05  # the share follows news (demand, boards) at most this often
 REBALANCE_IDLE_S = 1.0  # ...and at least this often (board entries age out)
 TELL_GAP_S = 0.5  # "this process went quiet / woke" is told by probes at most this often
 SETTLE_PROBES = 4  # after waking, probes that hear who else woke (each worker tells all)
+FULL_FOR_S = 1.0  # a worker that said it holds its target, without when (`_full_until`)
 WORKER_ID_TTL_S = 120.0  # a worker process not heard behind a URL this long is forgotten
 
 # probe(url, headers) -> (ready, the answer's headers)
@@ -96,6 +112,8 @@ class Replica:
     removed: bool = False
     served: int = 0
     capacity: int | None = None  # the worker's admission slots (X-Ocr-Capacity)
+    room_at: float = float("-inf")  # when its page under way ends, as it last refused one
+    sent: deque[float] = field(default_factory=deque)  # when each of ours out there was sent
     workers: dict[str, float] = field(default_factory=dict)  # worker process id -> heard at
 
     def eligible(self, now: float) -> bool:
@@ -155,6 +173,7 @@ class ReplicaSet:
         self._limit = 1  # pages this process may keep out in all (its share of the fleet)
         self._quota: int | None = None  # chunks in flight per document (gateway.fleet)
         self._share: Share | None = None  # the board as last read (`_rebalance`)
+        self._reserved: frozenset[str] = frozenset()  # with a list: kept for urgent pages
         self._probe_skip_s = 0.0  # the health interval, once probing runs
         self._stop = threading.Event()
         self._wake = threading.Event()  # the health thread: stop, or tell the fleet news
@@ -210,8 +229,20 @@ class ReplicaSet:
             fleet = sum(r.target for r in self._replicas.values() if r.eligible(now))
             share = self.fleet.share(replica_slots=fleet or None)
             self._limit = max(1, dither(share.fraction * fleet))
+            self._reserved = self._reserve(share.reserve, now)
         self._quota = share.document_quota()
         self._share = share
+
+    def _reserve(self, count: int, now: float) -> frozenset[str]:
+        """With a list: the replicas kept idle for urgent pages while the fleet keeps
+        `count` workers so (gateway.reserve), the same in every gateway process (the first by
+        a hash of their URLs: each has the same list). Each process knows which workers its
+        own pages fill, and of the others only what their answers told it a while ago: idle
+        workers left by the arithmetic alone would be anywhere, and an image would look for
+        one among scores that only look idle."""
+        ranked = sorted((r.url for r in self._replicas.values() if r.eligible(now)),
+                        key=lambda url: (zlib.crc32(url.encode()), url))
+        return frozenset(ranked[:count])
 
     def share(self) -> Share | None:
         """The fleet board as last read: quota and rate (gateway.lead); None before any."""
@@ -248,11 +279,26 @@ class ReplicaSet:
             turn = next(self._rotation)
             count = len(candidates)
             chosen = min(enumerate(candidates),
-                         key=lambda item: (item[1].load, _staleness(item[1]),
+                         key=lambda item: (*self._rank(item[1], urgent),
                                            (item[0] - turn) % count))[1]
             chosen.inflight += 1
             chosen.load += 1
+            chosen.sent.append(now)
             return chosen
+
+    def _rank(self, replica: Replica, urgent: bool) -> tuple[float, float]:
+        """The emptiest first; among equals, `_staleness`. An urgent page with a list: an
+        idle one first, else the one where this process's oldest page out was sent first.
+        The urgent page is read before the pages queued there (X-Ocr-Priority: high), so
+        only the page under way delays it; where every worker holds its target (a full
+        fleet of equal pages), which one the worker's answers said least of is no guide to
+        which ends soonest, and this process's own pages out (a score or more at 128
+        replicas) are the best it has."""
+        if not urgent or self.mode == MODE_LOAD_BALANCER:
+            return replica.load, _staleness(replica)
+        if replica.load < 1:  # idle: one kept for urgent pages first (`_reserve`)
+            return float(replica.url not in self._reserved), _staleness(replica)
+        return 2.0, replica.sent[0] if replica.sent else _staleness(replica)
 
     def has_room(self, urgent: bool = False) -> bool:
         with self._lock:
@@ -269,7 +315,24 @@ class ReplicaSet:
         whole share, only a pause stops it; with a list, a worker it fits at."""
         if urgent and self.mode == MODE_LOAD_BALANCER:
             return replica.eligible(now) and replica.busy_until <= now
+        if not urgent and (now < self._full_until(replica) or replica.url in self._reserved):
+            return False  # it would be refused there (`_full_until`), or kept for an image
         return replica.has_room(now)
+
+    def _full_until(self, replica: Replica) -> float:
+        """With a list, until when a worker that said it holds its target's pages (each
+        document page asks it to refuse one beyond, services/ocr_worker/service.py `_admit`)
+        gets no document page from this process: until its page under way ends, as it said
+        when it last refused one, else FULL_FOR_S after it said so. Gateway processes each
+        place pages by what a worker last told them, and a worker tells each only now and
+        then: sent to at once, it would refuse again; sent to FULL_FOR_S later whatever it
+        said, every process would try every full worker a few times a page (a storm of
+        refusals on long pages) or leave it idle after its page (short ones)."""
+        if self.mode == MODE_LOAD_BALANCER or replica.load < replica.slots:
+            return float("-inf")
+        if replica.room_at >= replica.heard_at:
+            return replica.room_at
+        return replica.heard_at + FULL_FOR_S
 
     def _rebalance_due(self) -> float:
         return self._balanced_at + (REBALANCE_S if self._news else REBALANCE_IDLE_S)
@@ -280,7 +343,7 @@ class ReplicaSet:
         with self._lock:
             now = self._clock()
             times = [t for r in self._replicas.values() if not r.removed
-                     for t in (r.busy_until, r.ejected_until) if t > now]
+                     for t in (r.busy_until, r.ejected_until, self._full_until(r)) if t > now]
             if self._news:
                 times.append(self._rebalance_due())
             return min(times) if times else None
@@ -289,6 +352,8 @@ class ReplicaSet:
         """An acquired slot that was not used after all."""
         with self._lock:
             replica.inflight -= 1
+            if replica.sent:
+                replica.sent.pop()
         self._notify()
 
     def release(self, replica: Replica, attempt: Attempt) -> None:
@@ -298,6 +363,8 @@ class ReplicaSet:
         with self._lock:
             self._news = self._news or bool(attempt.board)
             replica.inflight -= 1
+            if replica.sent:  # a worker answers in the order they were sent (about)
+                replica.sent.popleft()
             now = self._clock()
             self._heard_worker(replica, attempt.worker, now)
             self._heard_load(replica, attempt.capacity, attempt.free, finished=1, now=now)
@@ -308,6 +375,8 @@ class ReplicaSet:
                 self._down(replica, now)
             elif outcome is Outcome.LATER:  # busy with a long page, not full: no pause
                 replica.busy_streak = 0
+                if attempt.starts_in_s is not None:
+                    replica.room_at = now + attempt.starts_in_s
             else:  # OK, REJECTED, FAILED: the replica is alive and answering
                 replica.served += 1
                 replica.probation = False

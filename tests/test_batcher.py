@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from services.ocr_api.errors import ApiError
-from services.ocr_worker.admission import Admission
+from services.ocr_worker.admission import Admission, AtTarget
 from services.ocr_worker.batcher import DeadlineExceeded, EngineNotReady, InferenceBatcher, \
     StartsLater
 from tests.conftest import wait_until
@@ -167,6 +167,37 @@ def test_admission_refuses_at_once_when_full_and_when_draining():
         with admission.admit():
             pass
     assert caught.value.status == 503 and "shutting down" in caught.value.message
+
+
+def test_admission_within_a_number_refuses_beyond_it_under_its_lock():
+    """`at_most` (the worker's target, when the gateway asks) is checked with the capacity
+    under one lock: of requests that arrive together, only that many are let in."""
+    admission = Admission(capacity=8, retry_after_s=3)
+    with admission.admit(at_most=2), admission.admit(at_most=2):
+        with pytest.raises(AtTarget) as caught:
+            with admission.admit(at_most=2):
+                pass
+        assert caught.value.at_most == 2 and admission.admitted == 2
+        with admission.admit():  # a page that did not ask: up to the capacity
+            assert admission.admitted == 3
+    barrier, admitted, refused = threading.Barrier(6), [], []
+
+    def arrive():
+        barrier.wait(5)
+        try:
+            with admission.admit(at_most=2):
+                admitted.append(1)
+                barrier.wait(5)  # held until all six have asked
+        except AtTarget:
+            refused.append(1)
+            barrier.wait(5)
+
+    threads = [threading.Thread(target=arrive) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert (len(admitted), len(refused)) == (2, 4)
 
 
 def test_a_page_past_its_deadline_is_dropped_not_inferred():

@@ -9,11 +9,11 @@ import pytest
 
 from gateway import lead
 from gateway.outcome import Attempt
-from gateway.fleet import REBUILD_S, RISE_AFTER_S, FleetView, dither, slots_of
+from gateway.fleet import REBUILD_S, RISE_AFTER_S, FleetView, dither
 from gateway.outcome import Outcome
 from gateway.upstreams import MODE_LIST, MODE_LOAD_BALANCER, ReplicaSet
 from services.ocr_api import headers
-from services.ocr_api.fleet_board import MAX_SENT_CHARS, Board
+from services.ocr_api.fleet_board import MAX_SENT_CHARS, Board, slots_of
 from services.ocr_worker.capacity import Pace, Presence
 
 
@@ -492,10 +492,39 @@ def test_gateways_with_a_replica_list_fill_the_emptiest_workers_within_their_sha
             count += 1
         taken.append(count)
     assert list(held.values()) == [1] * 8  # none idle, none doubled
-    assert taken == [2, 2, 4]
-    # woken together, yet none counts the others as busy as itself: with a list, the room
-    # each worker says bounds them (behind a balancer, only the shares do)
-    assert not any(replicas.fleet.unsure() for replicas in gateways)
+    assert taken == [2, 2, 4]  # woken, each counts the others by the demand it heard
+
+
+def test_gateways_with_a_replica_list_woken_together_leave_the_images_workers_idle():
+    """Three processes that knew each other idle, woken together by documents sent at once,
+    no page timed yet. Each counts the others as busy as itself until it has heard them, and
+    keeps one worker in 16 idle for images (gateway.reserve). Each taking the fleet as its
+    own, its pages would stop only at the workers' room (each holds its target, one page
+    here), after every worker held one: none left idle for an image for a page time."""
+    clock = Clock()
+    workers = {f"http://10.0.0.{i}:8101": [Presence(Pace(), lambda: False, clock), 0]
+               for i in range(32)}
+
+    def probe(url, request_headers):
+        presence, held = workers[url]
+        return True, {headers.CAPACITY: "32", headers.FREE: str(32 - held),
+                      **presence.answer_headers(request_headers)}
+
+    gateways = [ReplicaSet(mode=MODE_LIST, urls=list(workers), probe=probe, clock=clock,
+                           fleet=FleetView(Board(clock=clock))) for _ in range(3)]
+    for replicas in gateways + gateways:
+        replicas.probe_all(every=True)  # idle: each meets the others through the workers
+    clock.now += 1.0
+    for replicas in gateways:
+        replicas.set_demand(1)
+        replicas.fleet.set_urgent(0.0, page_time_unknown=True)  # (the scheduler's)
+    assert all(replicas.fleet.unsure() for replicas in gateways)
+    for replicas in gateways:
+        replicas.probe_all()  # what each worker holds now, as the others fill them
+        while (replica := replicas.acquire()) is not None:
+            workers[replica.url][1] += 1
+    assert max(held for _, held in workers.values()) == 1
+    assert sum(1 for _, held in workers.values() if held == 0) >= 2  # 32 / 16
 
 
 def test_among_equally_loaded_workers_an_empty_one_heard_last_and_a_busy_one_heard_first_win():

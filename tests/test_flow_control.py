@@ -18,7 +18,8 @@ from gateway.scheduler import BATCH, INTERACTIVE, START_WITHIN_S, Document, Fair
     Scheduler, SchedulerSettings
 from gateway.split import Chunk
 from gateway.fleet import FleetView
-from gateway.upstreams import MODE_LIST, MODE_LOAD_BALANCER, LimitSettings, ReplicaSet
+from gateway.upstreams import FULL_FOR_S, MODE_LIST, MODE_LOAD_BALANCER, LimitSettings, \
+    ReplicaSet
 from services.ocr_api.fleet_board import Board
 from services.ocr_api.errors import ApiError
 from tests.conftest import wait_until
@@ -95,6 +96,110 @@ def test_a_replica_holds_what_its_worker_says_keeps_it_busy():
     assert replicas.acquire() is None  # a holds one (its allowance), b holds two
     replicas.release(b, answer(Outcome.OK))
     assert replicas.acquire() is b
+
+
+def test_with_a_list_a_worker_that_said_it_holds_its_target_gets_no_document_page_for_a_moment():
+    """Each gateway process places pages by what a worker last told it, and workers tell
+    each process only now and then: one that just said it holds its target's pages (another
+    process filled it) gets no document page from this one for FULL_FOR_S, an image still.
+    Then it is tried again: it may have emptied meanwhile, and a refusal would say if not
+    (services/ocr_worker/service.py `_admit`)."""
+    clock = Clock()
+    replicas = replica_set(["http://a", "http://b"], clock=clock,
+                           fleet=FleetView(default_target=2.0))
+    full = replicas.acquire()
+    other = next(r for r in replicas.replicas() if r is not full)
+    replicas.release(full, answer(Outcome.OK, capacity=32, free=30))  # two others' pages
+    assert [replicas.acquire(), replicas.acquire(), replicas.acquire()] == [other, other, None]
+    assert replicas.acquire(urgent=True) is full  # an image asks to start soon there
+    replicas.give_back(full)
+    clock.now += FULL_FOR_S
+    assert replicas.acquire() is full
+
+
+def test_with_a_list_a_worker_that_refused_a_page_is_left_alone_until_its_page_under_way_ends():
+    """A worker that refused a document page (it holds its target) said when its page under
+    way ends: its room comes back then, not sooner (another try would be refused again) and
+    not later (it would idle); the scheduler's wait wakes then."""
+    clock = Clock()
+    replicas = replica_set(["http://a", "http://b"], clock=clock,
+                           fleet=FleetView(default_target=2.0))
+    full = replicas.acquire()
+    other = next(r for r in replicas.replicas() if r is not full)
+    replicas.release(full, answer(Outcome.LATER, capacity=32, free=30, starts_in_s=2.5))
+    assert [replicas.acquire(), replicas.acquire(), replicas.acquire()] == [other, other, None]
+    assert replicas.next_change() == pytest.approx(clock.now + 2.5)
+    clock.now += FULL_FOR_S
+    assert replicas.acquire() is None
+    clock.now += 1.5
+    assert replicas.acquire() is full
+
+
+def test_with_a_list_every_process_keeps_the_same_workers_idle_for_images():
+    """While the fleet keeps workers idle for urgent pages (pages long, or none timed yet,
+    gateway.reserve), every process leaves the same ones (the first by a hash of their URLs)
+    out of its documents' pages and sends its images there first. Left by the arithmetic
+    alone, the idle workers would be wherever the others' pages were not, and each process
+    knows of those only what their answers told it a while ago."""
+    urls = [f"http://10.0.0.{i}:8101" for i in range(32)]
+    placed, images = [], []
+    for order in (urls, urls[::-1]):  # two processes, each its own list order
+        board = Board()
+        for i in range(32):
+            board.say("w", f"w{i:02d}", 1, 1.0)
+        replicas = ReplicaSet(mode=MODE_LIST, urls=order, probe=lambda url, h: (True, {}),
+                              fleet=FleetView(board, default_target=1.0))
+        replicas.set_demand(1)
+        replicas.fleet.set_urgent(0.0, page_time_unknown=True)  # (the scheduler's)
+        taken = set()
+        while (replica := replicas.acquire()) is not None:
+            taken.add(replica.url)
+        placed.append(set(urls) - taken)
+        images.append(replicas.acquire(urgent=True).url)
+    assert len(placed[0]) == 2 and placed[0] == placed[1]  # one in 16, the same two
+    assert images[0] in placed[0] and images[1] in placed[0]
+
+
+def test_with_a_list_an_image_in_a_full_fleet_goes_where_this_processs_oldest_page_is():
+    """Every worker holds a page: an image (read before the pages queued there) waits for the
+    page under way, so it goes where this process's oldest page out was sent."""
+    clock = Clock()
+    replicas = replica_set(["http://a", "http://b", "http://c"], clock=clock,
+                           fleet=FleetView(default_target=2.0))
+    order = []
+    for _ in range(3):
+        order.append(replicas.acquire())
+        clock.now += 1.0
+    assert len({r.url for r in order}) == 3
+    assert replicas.acquire(urgent=True) is order[0]
+    replicas.give_back(order[0])
+    replicas.release(order[0], answer(Outcome.OK))  # its page came back: now the next
+    assert replicas.acquire(urgent=True) is order[1]
+
+
+def test_with_a_list_document_pages_ask_the_worker_to_refuse_them_beyond_its_target():
+    """X-Ocr-Within-Target: 1 on each document page sent to a worker the gateway picked (a
+    list), not on images (they ask to start soon instead) nor behind a balancer (nginx
+    picks the worker: a refusal would pause the whole fleet's URL)."""
+    from types import SimpleNamespace
+
+    from gateway.dispatch import DispatchSettings, ReplicaClient
+    from gateway.upstreams import Replica
+
+    sent = []
+
+    class Pool:
+        def request(self, method, url, *, body, timeout, retries, headers):
+            sent.append(headers.get("X-Ocr-Within-Target"))
+            return SimpleNamespace(status=200, data=b'{"result": {}}', headers={})
+
+    for balanced in (False, True):
+        client = ReplicaClient(Pool(), DispatchSettings(5.0, 1.0, balanced=balanced),
+                               FleetView())
+        for first in (False, True):
+            client.post(Replica("http://w"), b"{}", log_id="t",
+                        deadline=time.monotonic() + 5, first=first)
+    assert sent == ["1", None, None, None]
 
 
 def test_a_load_balancer_allowance_is_the_share_of_the_workers_behind_it():
@@ -557,10 +662,12 @@ def test_a_scheduler_that_dies_says_so(run_scheduler):
     # still runs, not during whichever test comes next
 
 
-def test_behind_a_balancer_documents_leave_workers_idle_until_a_page_is_timed():
-    """32 workers behind one balancer, a long document and no page timed yet: its pages
-    leave one worker in 16 idle (gateway.reserve), so an image that comes during the first
-    page time finds one; once a page is timed (a short one here), the reserve goes."""
+@pytest.mark.parametrize("mode", [MODE_LOAD_BALANCER, MODE_LIST])
+def test_documents_leave_workers_idle_until_a_page_is_timed(mode):
+    """32 workers (behind one balancer, or a list of them), a long document and no page
+    timed yet: its pages leave one worker in 16 idle (gateway.reserve), so an image that
+    comes during the first page time finds one; once a page is timed (a short one here),
+    the reserve goes."""
     gate, sent = threading.Event(), []
 
     class Client:
@@ -576,8 +683,8 @@ def test_behind_a_balancer_documents_leave_workers_idle_until_a_page_is_timed():
     board = Board()
     for i in range(32):
         board.say("w", f"w{i:02d}", 1, 1.0)
-    replicas = ReplicaSet(mode=MODE_LOAD_BALANCER, urls=["http://lb"],
-                          probe=lambda url, headers: (True, {}),
+    urls = ["http://lb"] if mode == MODE_LOAD_BALANCER else [f"http://w{i}" for i in range(32)]
+    replicas = ReplicaSet(mode=mode, urls=urls, probe=lambda url, headers: (True, {}),
                           fleet=FleetView(board, default_target=1.0))
     executor = ThreadPoolExecutor(40)
     scheduler = Scheduler(replicas, Client(), executor, SchedulerSettings(), RetryBudget())

@@ -109,6 +109,10 @@ def test_one_document_is_one_trace_with_every_page_and_worker_stage_under_it(gat
     assert len(children(spans, document, "admission")) == 1
     assert len(children(spans, document, "queue wait")) == 1
     attempts = children(spans, document, "attempt")
+    # a worker that already holds its target refuses a page at once ("later": sent elsewhere)
+    refused = [a for a in attempts if a.attributes["ocrfleet.outcome"] == "later"]
+    attempts = [a for a in attempts if a not in refused]
+    assert all(a.attributes["ocrfleet.status"] == 503 for a in refused)
     assert sorted(tuple(a.attributes["ocrfleet.pages"]) for a in attempts) == \
         [(n,) for n in range(1, PAGES + 1)]
     for attempt in attempts:

@@ -154,6 +154,41 @@ def test_an_image_asked_to_start_soon_is_refused_at_once_while_a_long_page_runs(
     assert answer.status_code == 200 and "X-Ocr-Starts-In-Ms" not in answer.headers
 
 
+def test_a_document_page_asked_to_stay_within_the_target_is_refused_once_the_worker_holds_it(
+        monkeypatch):
+    """X-Ocr-Within-Target: 1 (the gateway's, on each document page it places itself): a
+    worker that holds the pages its target says keep it busy (one here: a long page next to
+    its gap) refuses at once, with the 503 a late page gets (the gateway sends it elsewhere
+    at once) and its room; without the header, or for an image, it is queued as before."""
+    client, service, engine = make_client(page_ms=500)
+    assert client.post("/ocr", json={"file": image_b64(200, 0)}).status_code == 200  # timed
+    monkeypatch.setattr(service.pace, "target", lambda: 1.05)
+    engine.gate.clear()
+    running = threading.Thread(target=client.post, args=("/ocr",),
+                               kwargs={"json": {"file": image_b64(2000, 0)}})
+    running.start()
+    queued = []
+    try:
+        wait_until(lambda: service.batcher.progress().in_engine == 1, timeout=10)
+        answer = client.post("/ocr", json={"file": PNG}, headers={"X-Ocr-Within-Target": "1"})
+        assert answer.status_code == 503 and int(answer.headers["X-Ocr-Starts-In-Ms"]) > 0
+        assert answer.headers["X-Ocr-Capacity"] and answer.headers["X-Ocr-Free"]
+        assert "keep it busy" in answer.get_json()["errorMsg"]
+        for headers in ({}, {"X-Ocr-Within-Target": "1", "X-Ocr-Priority": "high"}):
+            thread = threading.Thread(target=lambda h=headers: queued.append(
+                client.post("/ocr", json={"file": PNG}, headers=h).status_code))
+            thread.start()
+            queued.append(thread)
+        wait_until(lambda: service.admission.admitted == 3, timeout=10)
+    finally:
+        engine.gate.set()
+        running.join(10)
+        for thread in [t for t in queued if isinstance(t, threading.Thread)]:
+            thread.join(10)
+    assert [code for code in queued if isinstance(code, int)] == [200, 200]
+    assert len(engine.seen) == 4  # the two timed ones and the two queued, not the refused
+
+
 def test_the_start_is_told_again_as_the_page_is_queued_and_held_to(monkeypatch):
     """The page under way may end while the request is read (a queued page would then start
     first): the worker asks again as it queues the page, and refuses if it is now late."""

@@ -42,6 +42,7 @@ internal, but never trusted)."""
 from __future__ import annotations
 
 import itertools
+import math
 import re
 import threading
 import time
@@ -211,3 +212,8 @@ def _parse(item: str, now: float) -> Entry | None:
     if int(value) > 10_000_000:
         return None
     return Entry(kind, id, int(seq), int(value) / 100.0, now - int(age) / 10.0)
+
+
+def slots_of(target: float) -> int:
+    """Whole pages for a target (a worker's `w`): a sliver (under 5 %) is none."""
+    return max(0, math.ceil(target - 0.05))

@@ -10,6 +10,8 @@ DEADLINE_MS = "X-Deadline-Ms"  # gateway -> worker: milliseconds the caller will
 PRIORITY = "X-Ocr-Priority"  # gateway -> worker: "high" = read before the pages queued there
 START_WITHIN_MS = "X-Ocr-Start-Within-Ms"  # gateway -> worker: start it this soon, or refuse
 STARTS_IN_MS = "X-Ocr-Starts-In-Ms"  # worker -> gateway, on that 503: when it would have started
+WITHIN_TARGET = "X-Ocr-Within-Target"  # gateway -> worker: "1" = refuse it (that 503) when
+# the worker already holds the pages its target says keep it busy
 CAPACITY = "X-Ocr-Capacity"  # worker -> gateway: admission slots (OCR_QUEUE_SIZE)
 FREE = "X-Ocr-Free"  # worker -> gateway: slots free as the answer leaves
 WORKER = "X-Ocr-Worker"  # worker -> gateway: the id of the worker process that answered

@@ -5,7 +5,11 @@ what was admitted finishes (graceful shutdown).
 MemoryBudget bounds the bytes of request data held at once (bodies, decoded files, rendered
 pages): a request reserves its body when admitted and its pages once its document is opened;
 one that does not fit is refused with 503 + Retry-After (busy), not parked. A request larger
-than the whole budget is admitted only when it is alone, so it is never refused forever."""
+than the whole budget is admitted only when it is alone, so it is never refused forever.
+
+A request may also be admitted only while fewer than `at_most` are (the worker's target, when
+the gateway asks: services/ocr_worker/capacity.py): checked under the same lock as the
+capacity, so requests that arrive together are not all let in."""
 
 from __future__ import annotations
 
@@ -14,6 +18,14 @@ from contextlib import contextmanager
 from typing import Iterator
 
 from services.ocr_api.errors import ApiError, overloaded
+
+
+class AtTarget(RuntimeError):
+    """The worker already holds the pages its target says keep it busy (`at_most`)."""
+
+    def __init__(self, at_most: int):
+        super().__init__(at_most)
+        self.at_most = at_most
 
 
 class Admission:
@@ -33,12 +45,15 @@ class Admission:
         return 0 if self.draining else max(0, self.capacity - self._admitted)
 
     @contextmanager
-    def admit(self) -> Iterator[None]:
-        """Hold one admission slot for the body of the `with`, or raise 503 with Retry-After."""
+    def admit(self, at_most: int | None = None) -> Iterator[None]:
+        """Hold one admission slot for the body of the `with`, or raise 503 with Retry-After;
+        AtTarget when `at_most` requests are admitted already."""
         with self._lock:
             if self.draining:
                 raise ApiError(503, "This worker is shutting down: send the request to another "
                                     "replica", {"Retry-After": str(self.retry_after_s)})
+            if at_most is not None and self._admitted >= at_most:
+                raise AtTarget(at_most)
             if self._admitted >= self.capacity:
                 raise overloaded(f"This worker's queue is full ({self.capacity} requests): "
                                  f"retry after {self.retry_after_s} s or on another replica",

@@ -13,7 +13,7 @@ from services.flask_common import (create_service_app, json_response, outcome_of
                                    read_ocr_fields)
 from services.flask_common.access import AccessPolicy
 from services.ocr_api import tracing
-from services.ocr_api.headers import ENGINE, PRIORITY, START_WITHIN_MS
+from services.ocr_api.headers import ENGINE, PRIORITY, START_WITHIN_MS, WITHIN_TARGET
 from services.ocr_api.logs import current_log_id
 
 from . import metrics
@@ -61,6 +61,8 @@ def create_app(config: WorkerConfig | None = None, engine: Engine | None = None,
                                                 log_id_hook=current_log_id.set,
                                                 deadline_ms=deadline_ms, first=first,
                                                 start_within_ms=start_within_ms,
+                                                within_target=request.headers.get(
+                                                    WITHIN_TARGET) == "1",
                                                 content_length=request.content_length))
 
     @app.after_request

@@ -18,6 +18,12 @@ every request.
   `X-Ocr-Starts-In-Ms`, its estimate. It asks before reading the body, and again as the
   page is queued (the page under way may have ended meanwhile, and a queued page started).
   The caller then tries another worker instead of waiting out a long page here.
+- A request may carry `X-Ocr-Within-Target: 1` (the gateway sends it with each document page
+  it places itself, from a list of replicas): when the worker already holds the pages its
+  target says keep it busy (`Pace`, in whole pages), it refuses at once with the same 503
+  and `X-Ocr-Starts-In-Ms` (when its page under way ends). Gateway processes that each
+  place pages by what a worker last told them would otherwise queue several at the worker
+  that looked emptiest to all of them.
 - 503 means busy only (admission or memory budget full, draining, model loading), always with
   Retry-After; a failed page is 500, a passed deadline 504.
 - Every /ocr and /readyz answer also carries `X-Ocr-Worker` (this process's id) and the

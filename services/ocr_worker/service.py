@@ -9,16 +9,18 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future, TimeoutError as FutureTimeout
-from typing import Any, Callable, Mapping
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Mapping
 
 from services.ocr_api import envelope, tracing
 from services.ocr_api.errors import ApiError, bad_request, unprocessable
+from services.ocr_api.fleet_board import slots_of
 from services.ocr_api.headers import PRIORITY, STARTS_IN_MS, START_WITHIN_MS
 from services.ocr_api.request import OcrRequest, parse_ocr_request
 from services.ocr_api.url_input import make_url_fetcher
 
 from . import metrics, recycle
-from .admission import Admission, MemoryBudget, Reservation
+from .admission import Admission, AtTarget, MemoryBudget, Reservation
 from .batcher import DeadlineExceeded, EngineNotReady, InferenceBatcher, StartsLater
 from .capacity import Pace, Presence, capacity_json
 from .config import WorkerConfig
@@ -231,11 +233,14 @@ class OcrService:
     def handle(self, read_fields: Callable[[], tuple[Mapping[str, Any], bytes | None]],
                log_id_hook: Callable[[str], None] = lambda _: None,
                deadline_ms: int | None = None, content_length: int | None = None,
-               first: bool = False, start_within_ms: int | None = None) -> dict[str, Any]:
+               first: bool = False, start_within_ms: int | None = None,
+               within_target: bool = False) -> dict[str, Any]:
         """The whole request: admission first (so an overloaded worker refuses before it even
         reads the body), then decode_request -> predict -> envelope. The deadline is the
         sooner of OCR_REQUEST_TIMEOUT_S and the caller's X-Deadline-Ms, from arrival;
-        `start_within_ms`: refused at once unless its pages would start that soon."""
+        `start_within_ms`: refused at once unless its pages would start that soon;
+        `within_target`: refused at once when this worker already holds its target's pages
+        (`_admit`)."""
         arrived = time.monotonic()
         timeout_s = self.config.request_timeout_s
         if deadline_ms is not None:
@@ -246,7 +251,8 @@ class OcrService:
         if start_within_ms is not None:
             self._refuse_if_late(start_within_ms, first)
         body_cost = 2 * (content_length or 0)  # the body, then the file decoded from it
-        with self.admission.admit(), self.memory.reserve(body_cost) as reservation:
+        with self._admit(within_target and not first), \
+                self.memory.reserve(body_cost) as reservation:
             metrics.INFLIGHT.inc()
             try:
                 with tracing.span("decode"):
@@ -261,6 +267,25 @@ class OcrService:
                                                      first, start_within_ms))
             finally:
                 metrics.INFLIGHT.dec()
+
+    @contextmanager
+    def _admit(self, within_target: bool) -> Iterator[None]:
+        """One admission slot; `within_target`: only while this worker holds fewer requests
+        than its target's whole pages (Pace), else the 503 a late page gets (the caller sends
+        it to another worker at once). Gateways that each place pages by what a worker last
+        told them (a list of replicas) would otherwise queue several at a worker that
+        looked emptiest to all of them, pages that wait there for page times while others
+        idle."""
+        at_most = slots_of(self.pace.target()) if within_target else None
+        try:
+            with self.admission.admit(at_most):
+                yield
+        except AtTarget as full:
+            waits_ms = int(self.batcher.first_wait_s() * 1000)
+            raise ApiError(503, f"This worker holds the {full.at_most} page(s) that keep it "
+                                "busy: send the page to another replica",
+                           {"Retry-After": str(self.config.retry_after_s),
+                            STARTS_IN_MS: str(max(1, waits_ms))}) from None
 
     def _refuse_unless_ready(self) -> None:
         if self.batcher.load_error:  # broken, not busy: 500, so callers stop sending here
