@@ -325,9 +325,11 @@ class ReplicaSet:
         gets no document page from this process: until its page under way ends, as it said
         when it last refused one, else FULL_FOR_S after it said so. Gateway processes each
         place pages by what a worker last told them, and a worker tells each only now and
-        then: sent to at once, it would refuse again; sent to FULL_FOR_S later whatever it
-        said, every process would try every full worker a few times a page (a storm of
-        refusals on long pages) or leave it idle after its page (short ones)."""
+        then: sent to at once, it would refuse again; tried again a fixed time later whatever
+        it said, it would refuse again and again (a quarter of a second at 4 s pages: the
+        refusals took the gateways' CPU from their pages) or idle after its page while every
+        process still counted it full (a second: the workers then timed long gaps and raised
+        their targets)."""
         if self.mode == MODE_LOAD_BALANCER or replica.load < replica.slots:
             return float("-inf")
         if replica.room_at >= replica.heard_at:
