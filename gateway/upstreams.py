@@ -82,6 +82,7 @@ REBALANCE_IDLE_S = 1.0  # ...and at least this often (board entries age out)
 TELL_GAP_S = 0.5  # "this process went quiet / woke" is told by probes at most this often
 SETTLE_PROBES = 4  # after waking, probes that hear who else woke (each worker tells all)
 FULL_FOR_S = 1.0  # a worker that said it holds its target, without when (`_full_until`)
+REFUSED_FOR_S = 0.05  # ...and at least this long after it refused a page (`release`)
 WORKER_ID_TTL_S = 120.0  # a worker process not heard behind a URL this long is forgotten
 
 # probe(url, headers) -> (ready, the answer's headers)
@@ -377,8 +378,9 @@ class ReplicaSet:
                 self._down(replica, now)
             elif outcome is Outcome.LATER:  # busy with a long page, not full: no pause
                 replica.busy_streak = 0
-                if attempt.starts_in_s is not None:
-                    replica.room_at = now + attempt.starts_in_s
+                if attempt.starts_in_s is not None:  # (a worker that has timed no page yet
+                    # says 0: it cannot tell, and at once it would refuse again)
+                    replica.room_at = now + max(attempt.starts_in_s, REFUSED_FOR_S)
             else:  # OK, REJECTED, FAILED: the replica is alive and answering
                 replica.served += 1
                 replica.probation = False

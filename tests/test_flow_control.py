@@ -18,8 +18,8 @@ from gateway.scheduler import BATCH, INTERACTIVE, START_WITHIN_S, Document, Fair
     Scheduler, SchedulerSettings
 from gateway.split import Chunk
 from gateway.fleet import FleetView
-from gateway.upstreams import FULL_FOR_S, MODE_LIST, MODE_LOAD_BALANCER, LimitSettings, \
-    ReplicaSet
+from gateway.upstreams import FULL_FOR_S, MODE_LIST, MODE_LOAD_BALANCER, REFUSED_FOR_S, \
+    LimitSettings, ReplicaSet
 from services.ocr_api.fleet_board import Board
 from services.ocr_api.errors import ApiError
 from tests.conftest import wait_until
@@ -132,6 +132,12 @@ def test_with_a_list_a_worker_that_refused_a_page_is_left_alone_until_its_page_u
     clock.now += FULL_FOR_S
     assert replicas.acquire() is None
     clock.now += 1.5
+    assert replicas.acquire() is full
+    # a worker that has timed no page cannot tell when its page ends (it says 0 ms): not
+    # asked again at once, which would make a loop of refusals for its whole first page
+    replicas.release(full, answer(Outcome.LATER, capacity=32, free=30, starts_in_s=0.0))
+    assert replicas.acquire() is None  # (the other holds its two)
+    clock.now += REFUSED_FOR_S
     assert replicas.acquire() is full
 
 
