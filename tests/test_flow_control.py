@@ -168,15 +168,21 @@ def test_with_a_list_every_process_keeps_the_same_workers_idle_for_images():
 
 def test_with_a_list_an_image_in_a_full_fleet_goes_where_this_processs_oldest_page_is():
     """Every worker holds a page: an image (read before the pages queued there) waits for the
-    page under way, so it goes where this process's oldest page out was sent."""
+    page under way, so it goes where this process's oldest page out was sent, not to the
+    busy worker heard from first (what the workers say is older news)."""
     clock = Clock()
-    replicas = replica_set(["http://a", "http://b", "http://c"], clock=clock,
-                           fleet=FleetView(default_target=2.0))
+    replicas = ReplicaSet(mode=MODE_LIST, urls=["http://a", "http://b", "http://c"],
+                          clock=clock, fleet=FleetView(default_target=2.0),
+                          probe=lambda url, h: (True, {"X-Ocr-Capacity": "32",
+                                                       "X-Ocr-Free": "31"}))
     order = []
     for _ in range(3):
         order.append(replicas.acquire())
         clock.now += 1.0
     assert len({r.url for r in order}) == 3
+    for replica in reversed(order):  # each says it holds one page: the last heard first
+        replicas._probe_one(replica)
+        clock.now += 1.0
     assert replicas.acquire(urgent=True) is order[0]
     replicas.give_back(order[0])
     replicas.release(order[0], answer(Outcome.OK))  # its page came back: now the next
