@@ -281,11 +281,9 @@ class OcrService:
             with self.admission.admit(at_most):
                 yield
         except AtTarget as full:
-            waits_ms = int(self.batcher.first_wait_s() * 1000)
-            raise ApiError(503, f"This worker holds the {full.at_most} page(s) that keep it "
-                                "busy: send the page to another replica",
-                           {"Retry-After": str(self.config.retry_after_s),
-                            STARTS_IN_MS: str(max(1, waits_ms))}) from None
+            waits_ms = max(1, int(self.batcher.first_wait_s() * 1000))
+            raise self._refusal(f"This worker holds the {full.at_most} page(s) that keep it "
+                                "busy: send the page to another replica", waits_ms) from None
 
     def _refuse_unless_ready(self) -> None:
         if self.batcher.load_error:  # broken, not busy: 500, so callers stop sending here
@@ -308,11 +306,15 @@ class OcrService:
 
     def _late_error(self, late: StartsLater, start_within_ms: int) -> ApiError:
         waits_ms = int(late.wait_s * 1000)
-        return ApiError(503, f"This worker would start the page in about {waits_ms} ms, later "
+        return self._refusal(f"This worker would start the page in about {waits_ms} ms, later "
                              f"than {START_WITHIN_MS} asks ({start_within_ms} ms): send it to "
-                             "another replica",
-                        {"Retry-After": str(self.config.retry_after_s),
-                         STARTS_IN_MS: str(waits_ms)})
+                             "another replica", waits_ms)
+
+    def _refusal(self, message: str, waits_ms: int) -> ApiError:
+        """The 503 that sends a page to another worker at once (the caller's Outcome.LATER):
+        with when this worker would have started it."""
+        return ApiError(503, message, {"Retry-After": str(self.config.retry_after_s),
+                                       STARTS_IN_MS: str(waits_ms)})
 
     def shutdown(self, timeout: float | None = None) -> None:
         self.admission.draining = True
