@@ -99,6 +99,7 @@ class ReplicaClient:
                        payload.get("errorMsg") or f"{replica.url} answered HTTP {status}",
                        capacity=h.int_header(response.headers, h.CAPACITY),
                        free=h.int_header(response.headers, h.FREE),
+                       held=h.int_header(response.headers, h.HELD),
                        retry_after_s=h.int_header(response.headers, "Retry-After"),
                        worker=response.headers.get(h.WORKER),
                        board=response.headers.get(h.BOARD),

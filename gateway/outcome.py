@@ -51,6 +51,7 @@ class Attempt:
     message: str
     capacity: int | None = None
     free: int | None = None
+    held: int | None = None
     retry_after_s: float | None = None
     worker: str | None = None
     board: str | None = None

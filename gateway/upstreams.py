@@ -10,7 +10,7 @@ request can overtake a 300-page one, and `kubectl scale` is room without configu
 
 Behind one load balancer, the balancer spreads the pages (nginx `least_conn`). With a list
 or DNS name the gateway picks: the replica whose worker had the fewest pages when it last
-answered (X-Ocr-Capacity minus X-Ocr-Free, on every answer and probe), counting what this
+answered (X-Ocr-Held: its pages but images, on every answer and probe), counting what this
 process sent it since, never more of its own there than the worker's target; among equals,
 the one heard from last. So a page goes first where this process's last page just finished
 (what it knows best), gateways keep to the workers they already use instead of piling onto
@@ -370,7 +370,8 @@ class ReplicaSet:
                 replica.sent.popleft()
             now = self._clock()
             self._heard_worker(replica, attempt.worker, now)
-            self._heard_load(replica, attempt.capacity, attempt.free, finished=1, now=now)
+            self._heard_load(replica, attempt.capacity, attempt.free, finished=1, now=now,
+                             held=attempt.held)
             outcome = attempt.outcome
             if outcome is Outcome.BUSY:
                 self._busy(replica, now, attempt.retry_after_s)
@@ -398,13 +399,16 @@ class ReplicaSet:
                 del replica.workers[stale]
 
     def _heard_load(self, replica: Replica, capacity: int | None, free: int | None,
-                    finished: int, now: float) -> None:
-        """What a worker said of its room: its admitted pages now (our own still there
-        included), or, without the headers (or behind a balancer, where each answer is from
-        some worker), one page fewer for each of ours that came back."""
+                    finished: int, now: float, held: int | None = None) -> None:
+        """What a worker said of its room: the pages it holds now (our own still there
+        included; X-Ocr-Held, else all it admitted), or, without the headers (or behind a
+        balancer, where each answer is from some worker), one page fewer for each of ours
+        that came back. Held leaves out images: one admitted as the page under way ends is
+        read in a moment, and counted, the worker would look full (`_full_until`) for
+        FULL_FOR_S, idle after it."""
         if capacity is not None and free is not None and self.mode != MODE_LOAD_BALANCER:
             replica.capacity = capacity
-            replica.load = float(capacity - free)
+            replica.load = float(capacity - free if held is None else held)
             replica.heard_at = now
         else:
             replica.load = max(0.0, replica.load - finished)
@@ -487,7 +491,8 @@ class ReplicaSet:
                 replica.ready = ready
             self._heard_worker(replica, headers.get(h.WORKER), now)
             self._heard_load(replica, h.int_header(headers, h.CAPACITY),
-                             h.int_header(headers, h.FREE), finished=0, now=now)
+                             h.int_header(headers, h.FREE), finished=0, now=now,
+                             held=h.int_header(headers, h.HELD))
             self._news = True
 
     def tell(self) -> None:

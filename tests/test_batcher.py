@@ -200,6 +200,23 @@ def test_admission_within_a_number_refuses_beyond_it_under_its_lock():
     assert (len(admitted), len(refused)) == (2, 4)
 
 
+def test_admission_within_a_number_counts_the_pages_held_not_the_images():
+    """An image (read before the queued pages) is admitted but not held: a document page
+    that asks to stay within the number still comes in beside one, and the image does not
+    make room for a second page either."""
+    admission = Admission(capacity=8, retry_after_s=3)
+    with admission.admit(first=True):
+        assert (admission.admitted, admission.held) == (1, 0)
+        with admission.admit(at_most=1):
+            assert (admission.admitted, admission.held) == (2, 1)
+            with pytest.raises(AtTarget):
+                with admission.admit(at_most=1):
+                    pass
+            with admission.admit(first=True):  # another image, beyond the number
+                assert (admission.admitted, admission.held) == (3, 1)
+    assert (admission.admitted, admission.held) == (0, 0)
+
+
 def test_a_page_past_its_deadline_is_dropped_not_inferred():
     engine = RecordingEngine()
     engine.gate.clear()

@@ -117,6 +117,20 @@ def test_with_a_list_a_worker_that_said_it_holds_its_target_gets_no_document_pag
     assert replicas.acquire() is full
 
 
+def test_with_a_list_a_worker_that_holds_only_an_image_is_not_full_for_documents():
+    """A worker counts what it holds without the images (X-Ocr-Held): one that answered with
+    an image admitted (read in a moment, before any queued page) gets the next document page
+    at once, not after FULL_FOR_S, idle meanwhile."""
+    clock = Clock()
+    replicas = replica_set(["http://a", "http://b"], clock=clock,
+                           fleet=FleetView(default_target=1.0))
+    worker = replicas.acquire()
+    replicas.release(worker, answer(Outcome.OK, capacity=32, free=31, held=0))  # an image
+    assert worker.load == 0 and replicas.acquire() is worker
+    replicas.release(worker, answer(Outcome.OK, capacity=32, free=31))  # without the header
+    assert worker.load == 1 and replicas.acquire() is not worker
+
+
 def test_with_a_list_a_worker_that_refused_a_page_is_left_alone_until_its_page_under_way_ends():
     """A worker that refused a document page (it holds its target) said when its page under
     way ends: its room comes back then, not sooner (another try would be refused again) and

@@ -189,6 +189,35 @@ def test_a_document_page_asked_to_stay_within_the_target_is_refused_once_the_wor
     assert len(engine.seen) == 4  # the two timed ones and the two queued, not the refused
 
 
+def test_an_image_is_not_counted_against_the_target_and_answers_say_the_pages_held(
+        monkeypatch):
+    """A worker reading an image (X-Ocr-Priority: high) still takes the document page that
+    asks to stay within a target of one (the image ends in a moment: refused, the page would
+    go elsewhere and this worker idle after the image), and says it holds that one page
+    (X-Ocr-Held, what the gateway places by), not two; the next document page is refused."""
+    client, service, engine = make_client(page_ms=500)
+    assert client.post("/ocr", json={"file": image_b64(200, 0)}).status_code == 200  # timed
+    monkeypatch.setattr(service.pace, "target", lambda: 1.05)
+    engine.gate.clear()
+    codes, threads = [], []
+    try:
+        for headers in ({"X-Ocr-Priority": "high"}, {"X-Ocr-Within-Target": "1"}):
+            threads.append(threading.Thread(target=lambda h=headers: codes.append(
+                client.post("/ocr", json={"file": PNG}, headers=h).status_code)))
+            threads[-1].start()
+            wait_until(lambda: service.admission.admitted == len(threads), timeout=10)
+        ready = client.get("/readyz")
+        assert (ready.headers["X-Ocr-Held"], ready.headers["X-Ocr-Free"]) == (
+            "1", str(service.admission.capacity - 2))
+        refused = client.post("/ocr", json={"file": PNG}, headers={"X-Ocr-Within-Target": "1"})
+        assert refused.status_code == 503 and refused.headers["X-Ocr-Held"] == "1"
+    finally:
+        engine.gate.set()
+        for thread in threads:
+            thread.join(10)
+    assert codes == [200, 200]
+
+
 def test_the_start_is_told_again_as_the_page_is_queued_and_held_to(monkeypatch):
     """The page under way may end while the request is read (a queued page would then start
     first): the worker asks again as it queues the page, and refuses if it is now late."""

@@ -14,6 +14,8 @@ WITHIN_TARGET = "X-Ocr-Within-Target"  # gateway -> worker: "1" = refuse it (tha
 # the worker already holds the pages its target says keep it busy
 CAPACITY = "X-Ocr-Capacity"  # worker -> gateway: admission slots (OCR_QUEUE_SIZE)
 FREE = "X-Ocr-Free"  # worker -> gateway: slots free as the answer leaves
+HELD = "X-Ocr-Held"  # worker -> gateway: admitted requests not read first (no image): what
+# X-Ocr-Within-Target counts
 WORKER = "X-Ocr-Worker"  # worker -> gateway: the id of the worker process that answered
 BOARD = "X-Ocr-Board"  # both ways: the fleet board (services/ocr_api/fleet_board.py)
 PAGES = "X-Ocr-Pages"  # gateway -> client: pages in a PDF/ZIP/text answer

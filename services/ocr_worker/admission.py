@@ -7,9 +7,12 @@ pages): a request reserves its body when admitted and its pages once its documen
 one that does not fit is refused with 503 + Retry-After (busy), not parked. A request larger
 than the whole budget is admitted only when it is alone, so it is never refused forever.
 
-A request may also be admitted only while fewer than `at_most` are (the worker's target, when
-the gateway asks: services/ocr_worker/capacity.py): checked under the same lock as the
-capacity, so requests that arrive together are not all let in."""
+A request may also be admitted only while fewer than `at_most` are held (the worker's target,
+when the gateway asks: services/ocr_worker/capacity.py): checked under the same lock as the
+capacity, so requests that arrive together are not all let in. Held: admitted and not read
+first (`first`: an image, read before the queued pages). An image admitted just before the
+page under way ends would otherwise take that page's successor's place: the successor refused
+and sent elsewhere, the worker idle once the image is read, its gateways told it was full."""
 
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ class Admission:
         self.retry_after_s = retry_after_s
         self._lock = threading.Lock()
         self._admitted = 0
+        self._first = 0  # of those, requests read before the queued pages (images)
         self.draining = False
 
     @property
@@ -41,29 +45,37 @@ class Admission:
         return self._admitted
 
     @property
+    def held(self) -> int:
+        """Admitted requests not read first: what `at_most` counts."""
+        return self._admitted - self._first
+
+    @property
     def free(self) -> int:
         return 0 if self.draining else max(0, self.capacity - self._admitted)
 
     @contextmanager
-    def admit(self, at_most: int | None = None) -> Iterator[None]:
+    def admit(self, at_most: int | None = None, first: bool = False) -> Iterator[None]:
         """Hold one admission slot for the body of the `with`, or raise 503 with Retry-After;
-        AtTarget when `at_most` requests are admitted already."""
+        AtTarget when `at_most` requests are held already (`held`). `first`: a request read
+        before the queued pages, not held."""
         with self._lock:
             if self.draining:
                 raise ApiError(503, "This worker is shutting down: send the request to another "
                                     "replica", {"Retry-After": str(self.retry_after_s)})
-            if at_most is not None and self._admitted >= at_most:
+            if at_most is not None and self._admitted - self._first >= at_most:
                 raise AtTarget(at_most)
             if self._admitted >= self.capacity:
                 raise overloaded(f"This worker's queue is full ({self.capacity} requests): "
                                  f"retry after {self.retry_after_s} s or on another replica",
                                  self.retry_after_s)
             self._admitted += 1
+            self._first += first
         try:
             yield
         finally:
             with self._lock:
                 self._admitted -= 1
+                self._first -= first
 
 
 class MemoryBudget:

@@ -71,7 +71,8 @@ def create_app(config: WorkerConfig | None = None, engine: Engine | None = None,
         carries the fleet board (services/ocr_worker/capacity.py)."""
         if request.path in ("/ocr", "/readyz"):
             capacity = service.capacity()
-            response.headers.update(capacity_headers(capacity["slots"], capacity["free"]))
+            response.headers.update(capacity_headers(capacity["slots"], capacity["free"],
+                                                     service.admission.held))
             response.headers.update(service.presence.answer_headers(request.headers))
             identity = service.engine_identity()
             if identity:

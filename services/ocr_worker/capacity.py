@@ -3,8 +3,9 @@ the worker has, told on every /ocr answer, and how long the caller will still wa
 every request.
 
 - Every /ocr answer (200, 503, any status) carries `X-Ocr-Capacity` (admission slots,
-  OCR_QUEUE_SIZE) and `X-Ocr-Free` (slots free when the answer leaves); `/readyz` says the
-  same as `"capacity": {"slots", "free"}`.
+  OCR_QUEUE_SIZE), `X-Ocr-Free` (slots free when the answer leaves) and `X-Ocr-Held` (of the
+  requests admitted then, those not read first: the pages X-Ocr-Within-Target counts); `/readyz`
+  says the same in its headers, and capacity and free as `"capacity": {"slots", "free"}`.
 - A request may carry `X-Ocr-Priority: high`: its pages are read before the pages already
   queued (never before the one being read). The gateway marks one-page interactive
   requests so, so that an image waits for at most the page in the engine, not for the
@@ -23,7 +24,9 @@ every request.
   target says keep it busy (`Pace`, in whole pages), it refuses at once with the same 503
   and `X-Ocr-Starts-In-Ms` (when its page under way ends). Gateway processes that each
   place pages by what a worker last told them would otherwise queue several at the worker
-  that looked emptiest to all of them.
+  that looked emptiest to all of them. An image (`X-Ocr-Priority: high`) is not counted: one
+  admitted as the page under way ends would have the next document page refused and the
+  worker idle after the image.
 - 503 means busy only (admission or memory budget full, draining, model loading), always with
   Retry-After; a failed page is 500, a passed deadline 504.
 - Every /ocr and /readyz answer also carries `X-Ocr-Worker` (this process's id) and the
@@ -71,8 +74,9 @@ def parse_priority(value: str | None) -> bool:
     raise bad_request(f"{headers.PRIORITY} must be high or normal")
 
 
-def capacity_headers(slots: int, free: int) -> dict[str, str]:
-    return {CAPACITY_HEADER: str(slots), FREE_HEADER: str(max(0, free))}
+def capacity_headers(slots: int, free: int, held: int) -> dict[str, str]:
+    return {CAPACITY_HEADER: str(slots), FREE_HEADER: str(max(0, free)),
+            headers.HELD: str(max(0, held))}
 
 
 def capacity_json(slots: int, free: int) -> dict[str, int]:
