@@ -251,7 +251,7 @@ class OcrService:
         if start_within_ms is not None:
             self._refuse_if_late(start_within_ms, first)
         body_cost = 2 * (content_length or 0)  # the body, then the file decoded from it
-        with self._admit(within_target and not first, first), \
+        with self._admit(within_target, first), \
                 self.memory.reserve(body_cost) as reservation:
             metrics.INFLIGHT.inc()
             try:
@@ -269,14 +269,14 @@ class OcrService:
                 metrics.INFLIGHT.dec()
 
     @contextmanager
-    def _admit(self, within_target: bool, first: bool = False) -> Iterator[None]:
+    def _admit(self, within_target: bool, first: bool) -> Iterator[None]:
         """One admission slot; `within_target`: only while this worker holds fewer requests
         than its target's whole pages (Pace), else the 503 a late page gets (the caller sends
         it to another worker at once). Gateways that each place pages by what a worker last
         told them (a list of replicas) would otherwise queue several at a worker that
         looked emptiest to all of them, pages that wait there for page times while others
         idle. A `first` request (an image) is not held (services/ocr_worker/admission.py)."""
-        at_most = slots_of(self.pace.target()) if within_target else None
+        at_most = slots_of(self.pace.target()) if within_target and not first else None
         try:
             with self.admission.admit(at_most, first):
                 yield
