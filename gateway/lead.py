@@ -11,13 +11,15 @@ So the rate each document was sent at is measured: its chunks sent over its age 
 page time, which is exactly its share's rate from the start (the first page time's worth goes
 out at once). Each process tells the board its documents' mean rate (`s` entries); the
 fleet's rate is the mean over every process. A document's lead is what it was sent beyond the
-fleet's rate over its own age, in quotas (its chunks in flight): one quota ahead, it counts
-half a share; two ahead, a quarter (MIN). Where pages are long (over 3 s, gateway.reserve),
-a lead up to DEAD_BAND is left alone, and the weight follows the lead beyond it: pages come
-back in waves, a document's rate jumps a quota at each refill, and a process hears the
-others' rates a second late, so right after a wave every process saw its documents ahead and
-all slowed at once (and took the room back before the others had heard, gateway.fleet
-`_taken`). Where pages are short, the news is a small part of a page time old. The
+fleet's rate over its own age, in quotas (its chunks in flight). A lead up to DEAD_BAND is
+left alone, and the weight follows the lead beyond it (two quotas ahead, it counts half a
+share; three ahead, a quarter, MIN): pages come back in waves, a document's rate jumps a quota
+at each refill, and a process hears the others' rates a second late, so right after a wave
+every process saw its documents ahead and all slowed at once. Each took its own fall at once
+and the others' room a second later, as it heard: at 64 replicas of 2 s pages with 4
+gateways, the processes' fractions then added up to 0.7 of the fleet, and a third of the
+workers idled for four seconds after the first waves. A quota is a page time of the
+document's share, so a lead left alone is at most a page time at its end. The
 documents behind are not raised: the share a slowed document leaves goes to the others by the
 board's arithmetic, and raising them as well
 would over-fill the fleet while the board catches up (their images then wait behind pages).
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 MIN, STEP = 0.25, 0.25
 HOLD_S = 0.5
 SLOPE = 0.5  # the weight's change per quota of lead
-DEAD_BAND = 1.0  # quotas of lead left alone where pages are long (gateway.reserve)
+DEAD_BAND = 1.0  # quotas of lead left alone
 
 
 def rate(sent: int, age_s: float, page_s: float) -> float:
@@ -47,11 +49,10 @@ class Weight:
     value: float = 1.0
     changed_at: float = float("-inf")
 
-    def follow(self, lead: float, quota: float, now: float, dead_band: float = DEAD_BAND
-               ) -> float:
+    def follow(self, lead: float, quota: float, now: float) -> float:
         """The weight `lead` chunks over a `quota` call for: at once when higher, else one
-        STEP down towards it. Leads within `dead_band` quotas are left alone."""
-        goal = 1.0 - SLOPE * max(0.0, lead / max(quota, 1.0) - dead_band)
+        STEP down towards it. Leads within DEAD_BAND quotas are left alone."""
+        goal = 1.0 - SLOPE * max(0.0, lead / max(quota, 1.0) - DEAD_BAND)
         goal = min(1.0, max(MIN, round(goal / STEP) * STEP))
         if goal > self.value:
             self.value = goal  # the lead shrinks: no holding back what is not owed

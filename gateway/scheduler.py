@@ -395,10 +395,9 @@ class Scheduler:
         if share.rate is None:
             return
         weights = [doc.weight.value for doc in docs]
-        dead_band = lead.DEAD_BAND if self._page_time.long() else 0.0  # (gateway.lead)
         for doc, own in zip(docs, rates):
             ahead = (own - share.rate) * (now - doc.admitted_at + page_s)
-            doc.weight.follow(ahead, share.quota, now, dead_band)
+            doc.weight.follow(ahead, share.quota, now)
         if weights != [doc.weight.value for doc in docs]:
             self._tell_demand()
 

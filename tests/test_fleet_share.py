@@ -183,7 +183,7 @@ def test_a_documents_rate_counts_its_first_page_time_so_a_fair_start_is_its_shar
 
 def test_a_document_ahead_of_the_fleet_steps_down_and_comes_back_once_caught_up():
     weight = lead.Weight()
-    assert weight.follow(lead=8, quota=8, now=0.0) == 1.0  # a quota: left alone (long pages)
+    assert weight.follow(lead=8, quota=8, now=0.0) == 1.0  # a quota: left alone
     assert weight.follow(lead=24, quota=8, now=0.0) == 0.75  # one step towards 0.25...
     assert weight.follow(lead=24, quota=8, now=0.1) == 0.75  # ...at most every HOLD_S
     assert weight.follow(lead=24, quota=8, now=0.6) == 0.5
@@ -191,8 +191,6 @@ def test_a_document_ahead_of_the_fleet_steps_down_and_comes_back_once_caught_up(
     assert weight.follow(lead=80, quota=8, now=1.8) == lead.MIN
     assert weight.follow(lead=16, quota=8, now=1.9) == 0.5  # the lead shrinks: at once
     assert weight.follow(lead=9, quota=8, now=2.0) == 1.0  # caught up (within a step)
-    short = lead.Weight()  # pages short: the news is fresh, no lead is left alone
-    assert short.follow(lead=8, quota=8, now=0.0, dead_band=0.0) == 0.75  # towards 0.5
     assert weight.follow(lead=-80, quota=8, now=2.1) == 1.0  # behind: not raised (the
     # share a slowed document leaves goes to the others)
 
