@@ -17,7 +17,7 @@ from gateway.outcome import Outcome, classify
 from gateway.scheduler import BATCH, INTERACTIVE, START_WITHIN_S, Document, FairQueue, \
     Scheduler, SchedulerSettings
 from gateway.split import Chunk
-from gateway.fleet import FleetView
+from gateway.fleet import FleetView, Share
 from gateway.upstreams import FULL_FOR_S, MODE_LIST, MODE_LOAD_BALANCER, REFUSED_FOR_S, \
     LimitSettings, ReplicaSet
 from services.ocr_api.fleet_board import Board
@@ -320,13 +320,39 @@ def test_a_document_at_its_fleet_quota_leaves_the_room_to_the_others():
 def test_a_document_that_got_ahead_holds_its_weight_of_the_slots():
     fair = FairQueue()
     ahead, behind = doc(40), doc(40)
-    ahead.weight.value = 0.5  # gateway.lead: a quota ahead of the fleet
+    ahead.weight.value = 0.5  # gateway.lead: two quotas ahead of the fleet
     for d in (ahead, behind):
         fair.add(d)
     while (picked := fair.pick(0, quota=4)) is not None:
         picked.take(0)
         picked.inflight += 1
     assert (ahead.inflight, behind.inflight) == (2, 4)  # half a quota, and a whole one
+
+
+def test_a_document_a_quota_ahead_keeps_its_weight_where_pages_are_short():
+    """Right after a wave every process sees its documents ahead of the fleet's rate (the
+    others' rates are a second old): at 2 s pages that is half a page time, and slowing them
+    all at once idled a third of 64 workers (gateway.lead). A lead up to a quota is left
+    alone at every page time; beyond it the weight steps down."""
+    scheduler = Scheduler(replica_set(["http://a"]), ScriptedClient(lambda *a: 200),
+                          ThreadPoolExecutor(1), SchedulerSettings(), RetryBudget())
+    scheduler.executor.shutdown()  # never started: only the weighing is looked at
+    now = time.monotonic()
+    d = Document([(i,) for i in range(120)], PageCutter(), log_id="t",
+                 deadline=now + 60, kind="pdf")
+    d.admitted_at = now - 8.0
+    scheduler.fair.add(d)
+    scheduler._page_s = 2.0
+    scheduler._page_time.record(2.0)  # short pages (gateway.reserve LONG_PAGE_S)
+    scheduler.replicas.share = lambda: Share(0.5, 64.0, quota=8.0, rate=3.0)
+    d.sent = 3 * 10 + 8  # the fleet's rate over its age and a page time, and a quota
+    with scheduler._cond:
+        scheduler._reweigh(now)
+    assert d.weight.value == 1.0
+    d.sent = 3 * 10 + 24  # three quotas ahead: a step down
+    with scheduler._cond:
+        scheduler._reweigh(now)
+    assert d.weight.value == 0.75
 
 
 def test_room_for_an_urgent_page_only_goes_to_an_urgent_document():
