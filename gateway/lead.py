@@ -17,8 +17,8 @@ share; three ahead, a quarter, MIN): pages come back in waves, a document's rate
 at each refill, and a process hears the others' rates a second late, so right after a wave
 every process saw its documents ahead and all slowed at once. Each took its own fall at once
 and the others' room a second later, as it heard: at 64 replicas of 2 s pages with 4
-gateways, the processes' fractions then added up to 0.7 of the fleet, and a third of the
-workers idled for four seconds after the first waves. A quota is a page time of the
+gateways, the processes' fractions then added up to well under the fleet, and many workers
+idled for seconds after the first waves. A quota is a page time of the
 document's share, so a lead left alone is at most a page time at its end. The
 documents behind are not raised: the share a slowed document leaves goes to the others by the
 board's arithmetic, and raising them as well
