@@ -62,7 +62,7 @@ class Admission:
             if self.draining:
                 raise ApiError(503, "This worker is shutting down: send the request to another "
                                     "replica", {"Retry-After": str(self.retry_after_s)})
-            if at_most is not None and self._admitted - self._first >= at_most:
+            if at_most is not None and self.held >= at_most:
                 raise AtTarget(at_most)
             if self._admitted >= self.capacity:
                 raise overloaded(f"This worker's queue is full ({self.capacity} requests): "
