@@ -397,7 +397,7 @@ class Scheduler:
         weights = [doc.weight.value for doc in docs]
         for doc, own in zip(docs, rates):
             ahead = (own - share.rate) * (now - doc.admitted_at + page_s)
-            doc.weight.follow(ahead, share.quota, now)
+            doc.weight.follow(ahead, share.quota, now, page_s)
         if weights != [doc.weight.value for doc in docs]:
             self._tell_demand()
 

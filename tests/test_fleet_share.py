@@ -183,16 +183,29 @@ def test_a_documents_rate_counts_its_first_page_time_so_a_fair_start_is_its_shar
 
 def test_a_document_ahead_of_the_fleet_steps_down_and_comes_back_once_caught_up():
     weight = lead.Weight()
-    assert weight.follow(lead=8, quota=8, now=0.0) == 1.0  # a quota: left alone
-    assert weight.follow(lead=24, quota=8, now=0.0) == 0.75  # one step towards 0.25...
-    assert weight.follow(lead=24, quota=8, now=0.1) == 0.75  # ...at most every HOLD_S
-    assert weight.follow(lead=24, quota=8, now=0.6) == 0.5
+    assert weight.follow(lead=4, quota=8, now=0.0) == 1.0  # half a quota: left alone
+    assert weight.follow(lead=16, quota=8, now=0.0) == 0.75  # one step towards 0.25...
+    assert weight.follow(lead=16, quota=8, now=0.1) == 0.75  # ...at most every HOLD_S
+    assert weight.follow(lead=16, quota=8, now=0.6) == 0.5
     assert weight.follow(lead=80, quota=8, now=1.2) == 0.25  # never below MIN
     assert weight.follow(lead=80, quota=8, now=1.8) == lead.MIN
-    assert weight.follow(lead=16, quota=8, now=1.9) == 0.5  # the lead shrinks: at once
-    assert weight.follow(lead=9, quota=8, now=2.0) == 1.0  # caught up (within a step)
+    assert weight.follow(lead=12, quota=8, now=1.9) == 0.5  # the lead shrinks: at once
+    assert weight.follow(lead=5, quota=8, now=2.0) == 1.0  # caught up (within a step)
     assert weight.follow(lead=-80, quota=8, now=2.1) == 1.0  # behind: not raised (the
     # share a slowed document leaves goes to the others)
+
+
+def test_a_weight_follows_the_least_lead_of_the_last_page_time():
+    """A wave's lead (a quota at each refill, shrinking back over the page time) leaves the
+    weight alone; one that lasts a whole page time does not."""
+    weight, page_s = lead.Weight(), 4.0
+    assert weight.follow(lead=0, quota=8, now=0.0, window_s=page_s) == 1.0
+    assert weight.follow(lead=16, quota=8, now=0.1, window_s=page_s) == 1.0  # a wave
+    assert weight.follow(lead=8, quota=8, now=2.0, window_s=page_s) == 1.0
+    assert weight.follow(lead=8, quota=8, now=3.9, window_s=page_s) == 1.0
+    assert weight.follow(lead=8, quota=8, now=4.2, window_s=page_s) == 0.75  # a quota for a
+    # page time: a step down
+    assert weight.follow(lead=0, quota=8, now=4.3, window_s=page_s) == 1.0  # given back
 
 
 def test_new_demand_and_going_quiet_are_told_at_once_held_pages_within_a_rebuild():

@@ -329,11 +329,11 @@ def test_a_document_that_got_ahead_holds_its_weight_of_the_slots():
     assert (ahead.inflight, behind.inflight) == (2, 4)  # half a quota, and a whole one
 
 
-def test_a_document_a_quota_ahead_keeps_its_weight_where_pages_are_short():
-    """Right after a wave every process sees its documents ahead of the fleet's rate (the
-    others' rates are a second old): at 2 s pages that is half a page time, and slowing them
-    all at once idled a third of 64 workers (gateway.lead). A lead up to a quota is left
-    alone at every page time; beyond it the weight steps down."""
+def test_a_waves_lead_keeps_the_weight_and_one_that_lasts_a_page_time_steps_it_down():
+    """Right after a wave every process sees its documents a quota ahead of the fleet's rate
+    (the others' rates are a second old), and slowing them all at once idled a third of 64
+    workers (gateway.lead). The scheduler weighs a document by its least lead over the last
+    page time: a lead that lasts that long is no wave."""
     scheduler = Scheduler(replica_set(["http://a"]), ScriptedClient(lambda *a: 200),
                           ThreadPoolExecutor(1), SchedulerSettings(), RetryBudget())
     scheduler.executor.shutdown()  # never started: only the weighing is looked at
@@ -343,16 +343,20 @@ def test_a_document_a_quota_ahead_keeps_its_weight_where_pages_are_short():
     d.admitted_at = now - 8.0
     scheduler.fair.add(d)
     scheduler._page_s = 2.0
-    scheduler._page_time.record(2.0)  # short pages (gateway.reserve LONG_PAGE_S)
+    scheduler._page_time.record(2.0)
     scheduler.replicas.share = lambda: Share(0.5, 64.0, quota=8.0, rate=3.0)
-    d.sent = 3 * 10 + 8  # the fleet's rate over its age and a page time, and a quota
-    with scheduler._cond:
-        scheduler._reweigh(now)
-    assert d.weight.value == 1.0
-    d.sent = 3 * 10 + 24  # three quotas ahead: a step down
-    with scheduler._cond:
-        scheduler._reweigh(now)
-    assert d.weight.value == 0.75
+
+    def weigh(at: float, ahead: float) -> float:
+        d.sent = round(3.0 * (at - d.admitted_at + 2.0) + ahead)  # the fleet's rate, and more
+        with scheduler._cond:
+            scheduler._reweigh(at)
+        return d.weight.value
+
+    assert weigh(now, 0) == 1.0
+    assert weigh(now + 0.1, 24) == 1.0  # three quotas, but only since the wave
+    assert weigh(now + 1.0, 8) == 1.0
+    assert weigh(now + 2.2, 8) == 0.75  # a quota, for a page time: a step down
+    assert weigh(now + 2.3, 0) == 1.0  # given back
 
 
 def test_room_for_an_urgent_page_only_goes_to_an_urgent_document():
