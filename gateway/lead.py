@@ -52,16 +52,20 @@ def rate(sent: int, age_s: float, page_s: float) -> float:
 class Weight:
     value: float = 1.0
     changed_at: float = float("-inf")
-    _leads: deque = field(default_factory=deque)  # (when, lead in quotas), the last window
+    _leads: deque = field(default_factory=deque)  # (when, lead in quotas), rising: the
+    # last window's least first, and only what could still be the least later
 
     def follow(self, lead: float, quota: float, now: float, window_s: float = 0.0) -> float:
         """The weight the least lead of the last `window_s` (`lead` chunks over a `quota`
         now, and those said before) calls for: at once when higher, else one STEP down
         towards it. Leads within DEAD_BAND quotas are left alone."""
-        self._leads.append((now, lead / max(quota, 1.0)))
-        while self._leads[0][0] <= now - window_s and len(self._leads) > 1:
+        quotas = lead / max(quota, 1.0)
+        while self._leads and self._leads[-1][1] >= quotas:
+            self._leads.pop()  # never the least again: this one is as low and newer
+        self._leads.append((now, quotas))
+        while len(self._leads) > 1 and self._leads[0][0] <= now - window_s:
             self._leads.popleft()
-        least = min(quotas for _, quotas in self._leads)
+        least = self._leads[0][1]
         goal = 1.0 - SLOPE * max(0.0, least - DEAD_BAND)
         goal = min(1.0, max(MIN, round(goal / STEP) * STEP))
         if goal > self.value:

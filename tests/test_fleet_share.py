@@ -5,6 +5,8 @@ services/ocr_worker/capacity.py, gateway/fleet.py, gateway/upstreams.py)."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from gateway import lead
@@ -206,6 +208,18 @@ def test_a_weight_follows_the_least_lead_of_the_last_page_time():
     assert weight.follow(lead=8, quota=8, now=4.2, window_s=page_s) == 0.75  # a quota for a
     # page time: a step down
     assert weight.follow(lead=0, quota=8, now=4.3, window_s=page_s) == 1.0  # given back
+
+
+def test_the_least_lead_of_the_window_is_the_least_of_every_lead_said_in_it():
+    rng = random.Random(7)
+    weight, said, now = lead.Weight(), [], 0.0
+    for _ in range(500):
+        now += rng.choice([0.05, 0.1, 0.3])
+        quotas = rng.uniform(-1.0, 3.0)
+        said.append((now, quotas))
+        weight.follow(quotas * 8, quota=8, now=now, window_s=2.0)
+        assert weight._leads[0][1] == pytest.approx(
+            min(q for t, q in said if t > now - 2.0))
 
 
 def test_new_demand_and_going_quiet_are_told_at_once_held_pages_within_a_rebuild():
