@@ -11,26 +11,29 @@ So the rate each document was sent at is measured: its chunks sent over its age 
 page time, which is exactly its share's rate from the start (the first page time's worth goes
 out at once). Each process tells the board its documents' mean rate (`s` entries); the
 fleet's rate is the mean over every process. A document's lead is what it was sent beyond the
-fleet's rate over its own age, in quotas (its chunks in flight). The weight follows the least
+fleet's rate over its own age, in quotas (its chunks in flight). The weight follows the mean
 lead of the last page time beyond DEAD_BAND (a quota ahead, three quarters of a share; a
 quota and a half, half; never under MIN; the rounding to a STEP leaves up to three quarters
-of a quota alone). The least, because pages come back in waves: a document's lead jumps a
-quota at each refill and shrinks back over the page time, and a process hears the others'
-rates a second late, so right after a wave every process sees its documents ahead. Taken at
-once, every process slowed its documents together, each taking its own fall at once and the
-others' room only as it heard of it: at 64 replicas of 2 s pages with 4 gateways the
-processes' fractions added up to well under the fleet, and many workers idled after the
-first waves. A lead that lasts a page time is no wave. The usual one: the first document of
-a process comes alone and sends that process's whole first part while its siblings are
-still being split; with a whole quota left alone it finished about a page time ahead (at
-128 replicas of 4 s pages, a tenth of the makespan). The documents behind are not raised:
-the share a slowed document leaves goes to the others by the board's arithmetic, and raising
-them as well would over-fill the fleet while the board catches up (their images then wait
-behind pages). Rates, not counts, are compared, so a document that came later keeps its
-equal share: it is not owed what the others got before it came. A weight goes down one STEP
-at a time, at most every HOLD_S, so that the board (and the shares computed from it) can
-follow; back up at once as the lead shrinks, so a document that gave its lead back does not
-fall behind. Pure: the caller gives the clock's time."""
+of a quota alone). The mean over a page time, because pages come back in waves: a
+document's lead jumps a quota at each refill and falls back over the page time, and a
+process hears the others' rates a second late, so right after a wave every process sees its
+documents ahead. Taken at once, every process slowed its documents together, each taking
+its own fall at once and the others' room only as it heard of it: at 64 replicas of 2 s
+pages with 4 gateways the processes' fractions added up to well under the fleet, and many
+workers idled after the first waves. Nor the least of the page time: that is the lead just
+before a refill, half a quota under the mean, and a document a quota ahead kept its share.
+A lead that lasts is real. The usual one: the first document of a process comes alone and
+sends that process's whole first part while its siblings are still being split, and it
+finished about a page time ahead (at 128 replicas of 4 s pages, a tenth of the makespan).
+The documents behind are not raised in the fleet: the share a slowed document leaves goes to
+the others by the board's arithmetic, and raising them as well would over-fill the fleet
+while the board catches up (their images then wait behind pages). Within a process, though,
+share moves from the documents ahead of its own rate to those behind (`moves`): its demand
+on the fleet stays the same, so no other process need hear of it first. Rates, not counts,
+are compared, so a document that came later keeps its equal share: it is not owed what the
+others got before it came. A weight goes down one STEP at a time, at most every HOLD_S, so
+that the board (and the shares computed from it) can follow; back up as soon as the mean
+lead calls for it. Pure: the caller gives the clock's time."""
 
 from __future__ import annotations
 
@@ -41,6 +44,8 @@ MIN, STEP = 0.25, 0.25
 HOLD_S = 0.5
 SLOPE = 0.5  # the weight's change per quota of lead
 DEAD_BAND = 0.5  # quotas of lead left alone
+SIBLING_BAND = 0.25  # quotas of lead on the process's own documents left alone
+MOST_MOVED = 0.5  # of a share, to or from one document within its process
 
 
 def rate(sent: int, age_s: float, page_s: float) -> float:
@@ -52,21 +57,14 @@ def rate(sent: int, age_s: float, page_s: float) -> float:
 class Weight:
     value: float = 1.0
     changed_at: float = float("-inf")
-    _leads: deque = field(default_factory=deque)  # (when, lead in quotas), rising: the
-    # last window's least first, and only what could still be the least later
+    _leads: deque = field(default_factory=deque)  # (when, lead in quotas, integral to then)
 
     def follow(self, lead: float, quota: float, now: float, window_s: float = 0.0) -> float:
-        """The weight the least lead of the last `window_s` (`lead` chunks over a `quota`
-        now, and those said before) calls for: at once when higher, else one STEP down
-        towards it. Leads within DEAD_BAND quotas are left alone."""
-        quotas = lead / max(quota, 1.0)
-        while self._leads and self._leads[-1][1] >= quotas:
-            self._leads.pop()  # never the least again: this one is as low and newer
-        self._leads.append((now, quotas))
-        while len(self._leads) > 1 and self._leads[0][0] <= now - window_s:
-            self._leads.popleft()
-        least = self._leads[0][1]
-        goal = 1.0 - SLOPE * max(0.0, least - DEAD_BAND)
+        """The weight the mean lead of the last `window_s` (`lead` chunks over a `quota` now,
+        and those said before) calls for: at once when higher, else one STEP down towards
+        it. Leads within DEAD_BAND quotas are left alone."""
+        self._say(lead / max(quota, 1.0), now, window_s)
+        goal = 1.0 - SLOPE * max(0.0, self.mean(now, window_s) - DEAD_BAND)
         goal = min(1.0, max(MIN, round(goal / STEP) * STEP))
         if goal > self.value:
             self.value = goal  # the lead shrinks: no holding back what is not owed
@@ -74,3 +72,36 @@ class Weight:
             self.value -= STEP
             self.changed_at = now
         return self.value
+
+    def mean(self, now: float, window_s: float) -> float:
+        """The mean lead (quotas) of the last `window_s`, each lead held until the next was
+        said, and none before the first (a lead counts in full once it has lasted the
+        window); the last one said over no window."""
+        if window_s <= 0:
+            return self._leads[-1][1]
+        when, quotas, integral = self._leads[0]
+        start = max(when, now - window_s)
+        return (self._leads[-1][2] - integral - quotas * (start - when)) / window_s
+
+    def _say(self, quotas: float, now: float, window_s: float) -> None:
+        if self._leads:
+            when, last, integral = self._leads[-1]
+            self._leads.append((now, quotas, integral + last * (now - when)))
+        else:
+            self._leads.append((now, quotas, 0.0))
+        while len(self._leads) > 1 and self._leads[1][0] <= now - window_s:
+            self._leads.popleft()
+
+
+def moves(leads: list[float], quota: float) -> list[float]:
+    """Share moved between the documents of one process, each by its lead (chunks) on the
+    process's own documents' rate: from those ahead to those behind, summing to nothing (the
+    process's demand on the fleet stays as it is, so no other process need hear of it
+    first). They see the fleet through the same board and are refilled in the same waves,
+    so a lead on each other is no stale news: beyond SIBLING_BAND quotas it is real, the
+    one above all that the first document of a process takes when it sends the process's
+    whole first part while the others are still being split."""
+    raw = [0.0 if abs(x) <= SIBLING_BAND * max(quota, 1.0) else
+           max(-MOST_MOVED, min(MOST_MOVED, -SLOPE * x / max(quota, 1.0))) for x in leads]
+    mean = sum(raw) / len(raw) if raw else 0.0
+    return [r - mean for r in raw] if any(raw) else raw

@@ -117,12 +117,19 @@ class Document:
         self.inflight = 0
         self.sent = 0  # chunks sent at least once (gateway.lead)
         self.weight = lead.Weight()  # its share of the fleet, in equal shares
+        self.moved = 0.0  # of a share, from or to its process's other documents (gateway.lead)
         self.stopped = False  # nothing more is sent (deadline, cancel, or failure)
         self.finished = False
         self.answers: queue.Queue = queue.Queue()
         self.trace = tracing.capture()  # its span (the request's): the send threads' parent
         self._source = source
         self._cut_lock = threading.Lock()  # the source is used or closed under it
+
+    @property
+    def share(self) -> float:
+        """Its part of its process's room, in equal shares: its weight in the fleet, and what
+        is moved to or from the process's other documents (gateway.lead)."""
+        return max(lead.MIN, self.weight.value + self.moved)
 
     @property
     def urgent(self) -> bool:
@@ -245,10 +252,10 @@ class FairQueue:
         `urgent_only`: only room for an urgent page."""
         for priority in PRIORITIES:
             ring = self._rings[priority]
-            ready = [(doc.inflight / doc.weight.value, not doc.urgent, turn, doc)
+            ready = [(doc.inflight / doc.share, not doc.urgent, turn, doc)
                      for turn, doc in enumerate(ring)
                      if doc.sendable(now) and (doc.urgent or not urgent_only)
-                     and (quota is None or doc.inflight < max(1.0, quota * doc.weight.value))]
+                     and (quota is None or doc.inflight < max(1.0, quota * doc.share))]
             if ready:
                 doc = min(ready, key=lambda item: item[:3])[3]
                 ring.remove(doc)
@@ -391,13 +398,17 @@ class Scheduler:
         if share is None or page_s is None:
             return
         rates = [lead.rate(d.sent, now - d.admitted_at, page_s) for d in docs]
-        self.replicas.fleet.set_rate(sum(rates) / len(rates) if rates else 0.0)
+        mine = sum(rates) / len(rates) if rates else 0.0
+        self.replicas.fleet.set_rate(mine)
         if share.rate is None:
             return
         weights = [doc.weight.value for doc in docs]
         for doc, own in zip(docs, rates):
             ahead = (own - share.rate) * (now - doc.admitted_at + page_s)
             doc.weight.follow(ahead, share.quota, now, page_s)
+        leads = [(own - mine) * (now - doc.admitted_at + page_s) for doc, own in zip(docs, rates)]
+        for doc, moved in zip(docs, lead.moves(leads, share.quota)):
+            doc.moved = moved
         if weights != [doc.weight.value for doc in docs]:
             self._tell_demand()
 

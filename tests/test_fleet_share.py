@@ -197,20 +197,30 @@ def test_a_document_ahead_of_the_fleet_steps_down_and_comes_back_once_caught_up(
     # share a slowed document leaves goes to the others)
 
 
-def test_a_weight_follows_the_least_lead_of_the_last_page_time():
-    """A wave's lead (a quota at each refill, shrinking back over the page time) leaves the
-    weight alone; one that lasts a whole page time does not."""
-    weight, page_s = lead.Weight(), 4.0
-    assert weight.follow(lead=0, quota=8, now=0.0, window_s=page_s) == 1.0
-    assert weight.follow(lead=16, quota=8, now=0.1, window_s=page_s) == 1.0  # a wave
-    assert weight.follow(lead=8, quota=8, now=2.0, window_s=page_s) == 1.0
-    assert weight.follow(lead=8, quota=8, now=3.9, window_s=page_s) == 1.0
-    assert weight.follow(lead=8, quota=8, now=4.2, window_s=page_s) == 0.75  # a quota for a
-    # page time: a step down
-    assert weight.follow(lead=0, quota=8, now=4.3, window_s=page_s) == 1.0  # given back
+def test_a_wave_leaves_the_weight_alone_and_a_lead_that_lasts_a_page_time_does_not():
+    """Pages come back in waves: a document's lead jumps half a quota over its mean at each
+    refill and falls to half a quota under it by the next. A document on the fleet's rate
+    keeps its share; one a quota ahead for a page time counts three quarters of one."""
+    page_s, quota = 4.0, 8
+
+    def run(true_lead: float) -> float:
+        weight = lead.Weight()
+        for step in range(121):  # three page times, a lead said every 0.1 s
+            now = step * 0.1
+            sawtooth = 0.5 - (now % page_s) / page_s
+            weight.follow((true_lead + sawtooth) * quota, quota, now, window_s=page_s)
+        return weight.value
+
+    assert run(0.0) == 1.0
+    assert run(0.5) == 1.0  # within the band
+    assert run(1.0) == 0.75
+    assert run(1.5) == 0.5
 
 
-def test_the_least_lead_of_the_window_is_the_least_of_every_lead_said_in_it():
+def test_the_weight_follows_the_mean_lead_of_the_window_each_held_until_the_next():
+    """Pages come back in waves: a document's lead jumps a quota at each refill and shrinks
+    back over the page time. Its mean over the window, each lead held until the next was
+    said and none before the first, is what a brute sum over the window gives."""
     rng = random.Random(7)
     weight, said, now = lead.Weight(), [], 0.0
     for _ in range(500):
@@ -218,8 +228,23 @@ def test_the_least_lead_of_the_window_is_the_least_of_every_lead_said_in_it():
         quotas = rng.uniform(-1.0, 3.0)
         said.append((now, quotas))
         weight.follow(quotas * 8, quota=8, now=now, window_s=2.0)
-        assert weight._leads[0][1] == pytest.approx(
-            min(q for t, q in said if t > now - 2.0))
+        start = max(said[0][0], now - 2.0)
+        held = [(max(t, start), min(later, now), q)
+                for (t, q), (later, _) in zip(said, said[1:] + [(now, None)])]
+        mean = sum(q * (hi - lo) for lo, hi, q in held if hi > lo) / 2.0  # none before
+        assert weight.mean(now, 2.0) == pytest.approx(mean)
+
+
+def test_share_moves_within_a_process_from_the_document_ahead_to_those_behind():
+    """The first document of a process sent its process's whole first part while the other
+    three were being split: 12 chunks ahead of the process's rate, they 4 behind each (a
+    quota is 16). What moves sums to nothing: the process's demand stays as it is."""
+    moved = lead.moves([12.0, -4.0, -4.0, -4.0], quota=16)
+    assert moved[0] < 0 < moved[1] == moved[2] == moved[3]
+    assert sum(moved) == pytest.approx(0.0)
+    assert lead.moves([3.0, -1.0, -1.0, -1.0], quota=16) == [0.0] * 4  # within the band
+    assert lead.moves([80.0, -80.0], quota=16) == [-lead.MOST_MOVED, lead.MOST_MOVED]
+    assert lead.moves([], quota=16) == []
 
 
 def test_new_demand_and_going_quiet_are_told_at_once_held_pages_within_a_rebuild():

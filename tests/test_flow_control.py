@@ -332,8 +332,8 @@ def test_a_document_that_got_ahead_holds_its_weight_of_the_slots():
 def test_a_waves_lead_keeps_the_weight_and_one_that_lasts_a_page_time_steps_it_down():
     """Right after a wave every process sees its documents a quota ahead of the fleet's rate
     (the others' rates are a second old), and slowing them all at once idled a third of 64
-    workers (gateway.lead). The scheduler weighs a document by its least lead over the last
-    page time: a lead that lasts that long is no wave."""
+    workers (gateway.lead). The scheduler weighs a document by its mean lead over the last
+    page time: a wave's is over in a moment."""
     scheduler = Scheduler(replica_set(["http://a"]), ScriptedClient(lambda *a: 200),
                           ThreadPoolExecutor(1), SchedulerSettings(), RetryBudget())
     scheduler.executor.shutdown()  # never started: only the weighing is looked at
@@ -353,10 +353,36 @@ def test_a_waves_lead_keeps_the_weight_and_one_that_lasts_a_page_time_steps_it_d
         return d.weight.value
 
     assert weigh(now, 0) == 1.0
-    assert weigh(now + 0.1, 24) == 1.0  # three quotas, but only since the wave
-    assert weigh(now + 1.0, 8) == 1.0
-    assert weigh(now + 2.2, 8) == 0.75  # a quota, for a page time: a step down
-    assert weigh(now + 2.3, 0) == 1.0  # given back
+    assert weigh(now + 0.1, 24) == 1.0  # three quotas, but only for a moment (a wave)
+    assert weigh(now + 0.2, 0) == 1.0
+    assert weigh(now + 2.1, 12) == 1.0
+    assert weigh(now + 4.2, 12) == 0.75  # a quota and a half, for a page time: a step down
+    assert weigh(now + 4.8, 12) == 0.5
+
+
+def test_a_document_ahead_of_its_process_gives_room_to_the_one_behind():
+    """Two documents of one process, a quota ahead of and behind their process's rate: the
+    one behind may keep more chunks in flight than a quota, the one ahead fewer (and its
+    lead on the fleet, a quota too, slows it as well)."""
+    scheduler = Scheduler(replica_set(["http://a"]), ScriptedClient(lambda *a: 200),
+                          ThreadPoolExecutor(1), SchedulerSettings(), RetryBudget())
+    scheduler.executor.shutdown()  # never started: only the weighing is looked at
+    now = time.monotonic()
+    ahead, behind = (Document([(i,) for i in range(120)], PageCutter(), log_id=name,
+                              deadline=now + 60, kind="pdf") for name in ("ahead", "behind"))
+    for d, sent in ((ahead, 30 + 8), (behind, 30 - 8)):  # 3 chunks/s over 8 s and a page
+        d.admitted_at, d.sent = now - 8.0, sent
+        scheduler.fair.add(d)
+    scheduler._page_s = 2.0
+    scheduler._page_time.record(2.0)
+    scheduler.replicas.share = lambda: Share(0.5, 64.0, quota=8.0, rate=2.0)
+    with scheduler._cond:
+        scheduler._reweigh(now)
+    assert ahead.share < 1.0 < behind.share
+    while (picked := scheduler.fair.pick(now, quota=8)) is not None:
+        picked.take(now)
+        picked.inflight += 1
+    assert ahead.inflight < 8 < behind.inflight
 
 
 def test_room_for_an_urgent_page_only_goes_to_an_urgent_document():
