@@ -75,13 +75,15 @@ class Weight:
 
     def mean(self, now: float, window_s: float) -> float:
         """The mean lead (quotas) of the last `window_s`, each lead held until the next was
-        said, and none before the first (a lead counts in full once it has lasted the
-        window); the last one said over no window."""
-        if window_s <= 0:
-            return self._leads[-1][1]
+        said, or of as much as was said when less (the last one, at its first moment).
+        Counting no lead before the first, a document that got ahead in the first page
+        time kept its whole share through the first refill, and the images sent in the
+        first page time waited behind the pages it sent then."""
         when, quotas, integral = self._leads[0]
         start = max(when, now - window_s)
-        return (self._leads[-1][2] - integral - quotas * (start - when)) / window_s
+        if now <= start:
+            return self._leads[-1][1]
+        return (self._leads[-1][2] - integral - quotas * (start - when)) / (now - start)
 
     def _say(self, quotas: float, now: float, window_s: float) -> None:
         if self._leads:

@@ -353,11 +353,12 @@ def test_a_waves_lead_keeps_the_weight_and_one_that_lasts_a_page_time_steps_it_d
         return d.weight.value
 
     assert weigh(now, 0) == 1.0
-    assert weigh(now + 0.1, 24) == 1.0  # three quotas, but only for a moment (a wave)
-    assert weigh(now + 0.2, 0) == 1.0
-    assert weigh(now + 2.1, 12) == 1.0
-    assert weigh(now + 4.2, 12) == 0.75  # a quota and a half, for a page time: a step down
-    assert weigh(now + 4.8, 12) == 0.5
+    assert weigh(now + 1.9, 0) == 1.0
+    assert weigh(now + 2.0, 24) == 1.0  # three quotas, but only for a moment (a wave)
+    assert weigh(now + 2.1, 0) == 1.0
+    assert weigh(now + 4.0, 12) == 1.0
+    assert weigh(now + 6.1, 12) == 0.75  # a quota and a half, for a page time: a step down
+    assert weigh(now + 6.7, 12) == 0.5
 
 
 def test_a_document_ahead_of_its_process_gives_room_to_the_one_behind():
