@@ -75,10 +75,9 @@ class Weight:
 
     def mean(self, now: float, window_s: float) -> float:
         """The mean lead (quotas) of the last `window_s`, each lead held until the next was
-        said, or of as much as was said when less (the last one, at its first moment).
-        Counting no lead before the first, a document that got ahead in the first page
-        time kept its whole share through the first refill, and the images sent in the
-        first page time waited behind the pages it sent then."""
+        said, or of as much as was said when less (the last one, at its first moment):
+        counting no lead before the first, a document that got ahead in the first page
+        time kept its whole share through the first refill."""
         when, quotas, integral = self._leads[0]
         start = max(when, now - window_s)
         if now <= start:
