@@ -403,10 +403,10 @@ class Scheduler:
         if share.rate is None:
             return
         weights = [doc.weight.value for doc in docs]
-        for doc, own in zip(docs, rates):
-            ahead = (own - share.rate) * (now - doc.admitted_at + page_s)
-            doc.weight.follow(ahead, share.quota, now, page_s)
-        leads = [(own - mine) * (now - doc.admitted_at + page_s) for doc, own in zip(docs, rates)]
+        spans = [now - doc.admitted_at + page_s for doc in docs]  # a lead is a rate's over these
+        for doc, own, span in zip(docs, rates, spans):
+            doc.weight.follow((own - share.rate) * span, share.quota, now, page_s)
+        leads = [(own - mine) * span for own, span in zip(rates, spans)]  # on its process's
         for doc, moved in zip(docs, lead.moves(leads, share.quota)):
             doc.moved = moved
         if weights != [doc.weight.value for doc in docs]:
