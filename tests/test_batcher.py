@@ -1,5 +1,6 @@
 """The inference thread and admission control, with a scripted engine instead of a model."""
 
+import math
 import threading
 import time
 
@@ -282,6 +283,28 @@ def test_a_first_page_is_told_how_long_the_page_in_the_engine_and_the_first_page
         future.result(5)
     wait_until(lambda: batcher.progress().idle)
     assert batcher.first_wait_s() == 0.0
+    batcher.stop(5)
+
+
+def test_a_worker_that_has_timed_no_page_promises_no_start_while_one_is_under_way():
+    """Before its first engine call ends, a worker cannot tell when a page under way ends:
+    idle, a `first` page starts at once (0); busy, there is no telling (inf), so an image
+    that asks to start soon is refused and tries another worker instead of waiting out the
+    page."""
+    engine = RecordingEngine()
+    batcher = started(engine, max_batch=1)
+    wait_until(lambda: batcher.progress().idle)
+    assert batcher.first_wait_s() == 0.0
+    engine.gate.clear()
+    running = batcher.submit(page(1), {})
+    wait_until(lambda: batcher.progress().in_engine == 1)
+    assert batcher.first_wait_s() == math.inf
+    with pytest.raises(StartsLater):
+        batcher.submit(page(2), {}, first=True, start_within_s=10_000)
+    engine.gate.set()
+    assert running.result(5) == 1
+    wait_until(lambda: batcher.progress().idle)
+    assert batcher.first_wait_s() == 0.0  # timed now, and idle
     batcher.stop(5)
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import queue
 import threading
 import time
@@ -155,17 +156,20 @@ class InferenceBatcher:
             raise StartsLater(wait_s)
 
     def first_wait_s(self) -> float:
-        """About how long a `first` page queued now would wait to start (module docstring);
-        0 until an engine call has been timed."""
+        """About how long a `first` page queued now would wait to start (module docstring):
+        0 with nothing under way or ahead of it. Until an engine call has been timed (a
+        worker's first pages), with something under way or ahead: `math.inf`, no telling
+        (told 0, a worker reading its first page took images a fleet sent it as it started,
+        each promised a start within 250 ms, and kept them a whole page)."""
         rate = self._seconds_per_pixel
+        held = self._held_back
+        ahead = self._first_pixels + (held.pixels if held is not None else 0)
         if rate is None:
-            return 0.0
+            return math.inf if ahead or not self._idle else 0.0
         running = 0.0
         if self._in_engine:
             left = rate * self._engine_pixels - (time.monotonic() - self._progress_at)
             running = max(0.0, left)
-        held = self._held_back
-        ahead = self._first_pixels + (held.pixels if held is not None else 0)
         return running + rate * ahead
 
     def progress(self) -> Progress:

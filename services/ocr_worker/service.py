@@ -5,6 +5,7 @@ engine, the batcher and admission control of this process. No Flask here."""
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -281,7 +282,7 @@ class OcrService:
             with self.admission.admit(at_most, first):
                 yield
         except AtTarget as full:
-            waits_ms = max(1, int(self.batcher.first_wait_s() * 1000))
+            waits_ms = self._starts_in_ms(self.batcher.first_wait_s())
             raise self._refusal(f"This worker holds the {full.at_most} page(s) that keep it "
                                 "busy: send the page to another replica", waits_ms) from None
 
@@ -305,10 +306,18 @@ class OcrService:
             raise self._late_error(exc, start_within_ms) from None
 
     def _late_error(self, late: StartsLater, start_within_ms: int) -> ApiError:
-        waits_ms = int(late.wait_s * 1000)
-        return self._refusal(f"This worker would start the page in about {waits_ms} ms, later "
-                             f"than {START_WITHIN_MS} asks ({start_within_ms} ms): send it to "
-                             "another replica", waits_ms)
+        waits_ms = self._starts_in_ms(late.wait_s)
+        when = (f"would start the page in about {waits_ms} ms" if math.isfinite(late.wait_s)
+                else "cannot tell yet when it would start the page (it has timed no page)")
+        return self._refusal(f"This worker {when}, later than {START_WITHIN_MS} asks "
+                             f"({start_within_ms} ms): send it to another replica", waits_ms)
+
+    def _starts_in_ms(self, wait_s: float) -> int:
+        """X-Ocr-Starts-In-Ms for a wait: with no telling yet (no engine call timed), how long
+        the page under way has run (as long again is the even guess)."""
+        if not math.isfinite(wait_s):
+            wait_s = self.batcher.progress().since_progress_s
+        return max(1, int(wait_s * 1000))
 
     def _refusal(self, message: str, waits_ms: int) -> ApiError:
         """The 503 that sends a page to another worker at once (the caller's Outcome.LATER):
