@@ -89,6 +89,7 @@ class FleetView:
         self._told_quiet = True  # what the last `untold` news was (a new process is quiet)
         self._outgoing: tuple | None = None  # ((demand seq, busy), built at, header)
         self._unsure_until = float("-inf")  # just woken: until then (`_demands`)
+        self._woke_at = float("-inf")  # when it last woke
         self._first_wave = False  # woken, and no document page of its has come back since
         self._documents_gone_at = float("-inf")  # when its last document was all sent
         self._woke_untold = False  # woken since the last `untold`
@@ -124,6 +125,7 @@ class FleetView:
                 self._forget_said(now - RISE_AFTER_S)
             if woke:
                 self._unsure_until, self._woke_untold = now + WAKE_UNSURE_S, True
+                self._woke_at = now
                 self._first_wave = self.balanced
             return woke or was_busy != bool(documents or held)
 
@@ -243,7 +245,7 @@ class FleetView:
         self.board.say("s", self.id, rate_seq, rate)
         self.board.say("u", self.id, urgent_seq, urgent)
         header = {headers.BOARD: self.board.header(
-            [(kind, self.id) for kind in CLIENT_KINDS])}
+            [(kind, self.id) for kind in CLIENT_KINDS], sent_within_s=REBUILD_S)}
         with self._lock:
             self._outgoing = (key, now, header)
         return header
@@ -337,11 +339,24 @@ class FleetView:
         pages out for 120 free workers, and none left idle for images for two page times.
         Those that woke together each take an equal part meanwhile, and as each hears the
         others' news (they tell every worker as they wake, and it probes a few every
-        TELL_GAP_S, gateway.upstreams `settle`), their documents."""
+        TELL_GAP_S, gateway.upstreams `settle`), their documents. After that, until its first
+        pages come back (behind a balancer), old news is no news while others woke too: a
+        process last heard idle before this one woke counts as busy as this one, once another
+        has been heard with documents since (news reaches a process in its first wave only
+        through its probes and images' answers, and at 128 workers some was still 2 s on the
+        way: taking the fleet by old news, a process sent a second of pages over its part,
+        the workers kept idle for images filled, and images waited out the first pages).
+        A lone document's process hears none and takes the fleet as before."""
         with self._lock:
             unsure = self.board.clock() < self._unsure_until
-        demands = {c.id: c.value for c in clients}
-        for other in self._others() if unsure else ():
+            woke_at = self._woke_at if self._first_wave else None
+        demands = {c.id: c.value for c in clients if c.id != self.id}
+        busy = self._others() if unsure or woke_at is not None else []
+        if not unsure and woke_at is not None:
+            news = {c.id for c in clients if c.heard >= woke_at and c.id != self.id}
+            busy = [o for o in busy if o not in news] if any(
+                demands[i] for i in news) else []
+        for other in busy:
             demands[other] = demands.get(other) or mine
         demands[self.id] = mine
         return demands

@@ -11,7 +11,7 @@ import pytest
 
 from gateway import lead
 from gateway.outcome import Attempt
-from gateway.fleet import REBUILD_S, RISE_AFTER_S, FleetView, dither
+from gateway.fleet import REBUILD_S, RISE_AFTER_S, WAKE_UNSURE_S, FleetView, dither
 from gateway.outcome import Outcome
 from gateway.upstreams import MODE_LIST, MODE_LOAD_BALANCER, ReplicaSet
 from services.ocr_api import headers
@@ -41,6 +41,26 @@ def test_the_newest_statement_wins_and_ages_travel_with_entries():
     other = Board(clock=clock)
     other.merge(board.header())  # passed on: its age is now 5 s
     assert other.clients()[0].heard == pytest.approx(clock.now - 5)
+
+
+def test_an_entry_passed_back_and_forth_is_never_younger_than_when_its_owner_said_it():
+    """Ages are rounded up, and a header reused for a while (a gateway's, REBUILD_S) tells
+    them as of when it may go: bounced between a gateway and a worker many times a second, an
+    entry rounded to the nearest came back fresher each time (a fresher copy wins), and an
+    old statement passed for news."""
+    clock = Clock()
+    gateway, worker = Board(clock=clock), Board(clock=clock)
+    gateway.merge("c:aaaa:1:0:3")  # another process's entry, said 0.3 s ago
+    said = clock.now - 0.3
+    for _ in range(40):
+        header = gateway.header(sent_within_s=REBUILD_S)
+        clock.now += 0.03  # sent a moment after it was built
+        worker.merge(header)
+        clock.now += 0.01
+        gateway.merge(worker.header())
+    for board in (gateway, worker):
+        [entry] = board.clients()
+        assert entry.heard <= said + 1e-9
 
 
 def test_entries_expire_and_malformed_ones_are_ignored():
@@ -124,10 +144,10 @@ def test_a_draining_worker_says_target_zero():
     presence = Presence(Pace(), draining=lambda: draining[0])
     answer = presence.answer_headers({headers.BOARD: "c:aaaa:1:100:0"})
     assert answer[headers.WORKER] == presence.id
-    assert answer[headers.BOARD].startswith(f"w:{presence.id}:1:105:0")
+    assert answer[headers.BOARD].startswith(f"w:{presence.id}:1:105:")  # (age 0, or 0.1 s:
     assert "c:aaaa:1:100:" in answer[headers.BOARD]  # what callers said is passed on
-    draining[0] = True
-    assert presence.answer_headers({})[headers.BOARD].startswith(f"w:{presence.id}:2:0:0")
+    draining[0] = True  # rounded up)
+    assert presence.answer_headers({})[headers.BOARD].startswith(f"w:{presence.id}:2:0:")
 
 
 # ---- shares and slices ---------------------------------------------------------------------
@@ -490,6 +510,30 @@ def test_gateways_that_never_heard_each_other_wake_together_within_the_fleet():
     assert not any(r.fleet.unsure() for r in gateways)
     assert [r.fleet.share().documents for r in gateways] == [8] * 4  # now by their documents
     assert sum(limits()) <= room * 1.05 + 4
+
+
+@pytest.mark.parametrize("woke_too", [True, False])
+def test_in_its_first_wave_a_process_trusts_no_old_news_of_idleness_while_others_woke_too(
+        woke_too):
+    """Behind a balancer, past its unsure moment and before its first pages come back, a
+    process that has heard another wake with it (news said since it woke) counts the ones
+    last heard idle before it woke as busy as itself: their news may still be on the way.
+    Alone (nobody heard waking), it believes the old news and takes the fleet as before."""
+    clock = Clock()
+    board = Board(clock=clock)
+    for i in range(40):
+        board.say("w", f"w{i:03d}", 1, 1.0)
+    view = FleetView(board)
+    board.merge("c:bbbb:1:0:0,c:cccc:1:0:0")  # two other processes, idle
+    clock.now += 1.0
+    assert view.set_demand(2)  # woken
+    assert view.share().documents == 6  # unsure: each other one as busy as itself
+    clock.now += WAKE_UNSURE_S
+    if woke_too:
+        board.merge("c:bbbb:2:100:0")  # b woke too (news since); c: last heard idle, before
+    assert view.share().documents == (2 + 1 + 2 if woke_too else 2)
+    view.page_back()  # its first wave is over
+    assert view.share().documents == (3 if woke_too else 2)
 
 
 def test_a_gateway_that_goes_quiet_says_so_and_the_other_takes_the_fleet_at_once():

@@ -153,13 +153,14 @@ class Board:
                 del self._known[gone]
             return dict(self._known)
 
-    def header(self, first: Iterable[tuple[str, str]] = ()) -> str:
+    def header(self, first: Iterable[tuple[str, str]] = (), sent_within_s: float = 0.0) -> str:
         """What to send, at most MAX_SENT_CHARS: the entries keyed in `first` (the sender's
         own), up to `max_workers` other workers, then the other clients' entries (each
         client's together) as many as fit; workers and clients both chosen in turn, so that
         past about 13 other gateway processes every one is still passed on within a few
-        messages."""
-        now = self.clock()
+        messages. `sent_within_s`: the header may go out that long after it is built (a
+        gateway reuses its own for REBUILD_S); its ages are told as of then."""
+        now = self.clock() + sent_within_s
         wanted = set(first)
         live = self.live()
         own = [e for kind in KINDS for e in live[kind] if (e.kind, e.id) in wanted]
@@ -199,7 +200,12 @@ def _fit(text: str, groups: Iterable[list[Entry]], now: float) -> tuple[str, int
 
 
 def _format(entry: Entry, now: float) -> str:
-    age = max(0, round((now - entry.heard) * 10))
+    """An entry as sent. Its age is rounded up, never down: passed back and forth between
+    gateways and workers many times a second, an entry whose age was rounded to the nearest
+    (and told by a header built a moment before it went) came back fresher than its owner
+    said it each time, since a fresher copy wins; an old `c` entry of a process stayed
+    seconds younger than it was, as if said after another process woke (gateway.fleet)."""
+    age = max(0, math.ceil((now - entry.heard) * 10 - 0.01))  # (a millisecond is none)
     return f"{entry.kind}:{entry.id}:{entry.seq}:{round(entry.value * 100)}:{age}"
 
 
