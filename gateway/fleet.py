@@ -343,10 +343,10 @@ class FleetView:
         pages come back (behind a balancer), old news is no news while others woke too: a
         process last heard idle before this one woke counts as busy as this one, once another
         has been heard with documents since (news reaches a process in its first wave only
-        through its probes and images' answers, and at 128 workers some was still 2 s on the
-        way: taking the fleet by old news, a process sent a second of pages over its part,
-        the workers kept idle for images filled, and images waited out the first pages).
-        A lone document's process hears none and takes the fleet as before."""
+        through its probes and images' answers, and at 128 workers some was still on the way
+        after 2 s: taking the fleet by old news, a process sent more than its part, the
+        workers kept idle for images filled, and images waited out the first pages). A lone
+        document's process hears nobody wake and takes the fleet as before."""
         with self._lock:
             unsure = self.board.clock() < self._unsure_until
             woke_at = self._woke_at if self._first_wave else None

@@ -233,7 +233,7 @@ def test_the_start_is_told_again_as_the_page_is_queued_and_held_to(monkeypatch):
     assert service_module.metrics.PAGES.labels("failed")._value.get() == failed  # not failed
 
 
-def test_a_worker_that_cannot_tell_yet_refuses_a_prompt_start_and_says_how_long_so_far(
+def test_a_worker_that_cannot_tell_refuses_a_prompt_start_and_says_how_long_so_far(
         monkeypatch):
     """No page timed yet and one under way: the refusal says the worker cannot tell, with how
     long the page under way has run as its X-Ocr-Starts-In-Ms (a whole number, never inf)."""
@@ -242,7 +242,7 @@ def test_a_worker_that_cannot_tell_yet_refuses_a_prompt_start_and_says_how_long_
     answer = client.post("/ocr", json={"file": PNG}, headers={
         "X-Ocr-Priority": "high", "X-Ocr-Start-Within-Ms": "250"})
     assert answer.status_code == 503 and int(answer.headers["X-Ocr-Starts-In-Ms"]) >= 1
-    assert "cannot tell yet" in answer.get_json()["errorMsg"]
+    assert "cannot tell when it ends" in answer.get_json()["errorMsg"]
     assert engine.seen == []
 
 

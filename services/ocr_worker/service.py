@@ -307,10 +307,12 @@ class OcrService:
 
     def _late_error(self, late: StartsLater, start_within_ms: int) -> ApiError:
         waits_ms = self._starts_in_ms(late.wait_s)
-        when = (f"would start the page in about {waits_ms} ms" if math.isfinite(late.wait_s)
-                else "cannot tell yet when it would start the page (it has timed no page)")
-        return self._refusal(f"This worker {when}, later than {START_WITHIN_MS} asks "
-                             f"({start_within_ms} ms): send it to another replica", waits_ms)
+        if math.isfinite(late.wait_s):
+            why = (f"would start the page in about {waits_ms} ms, later than "
+                   f"{START_WITHIN_MS} asks ({start_within_ms} ms)")
+        else:
+            why = "has a page under way and, having timed none yet, cannot tell when it ends"
+        return self._refusal(f"This worker {why}: send the page to another replica", waits_ms)
 
     def _starts_in_ms(self, wait_s: float) -> int:
         """X-Ocr-Starts-In-Ms for a wait: with no telling yet (no engine call timed), how long
