@@ -144,9 +144,10 @@ def test_a_draining_worker_says_target_zero():
     presence = Presence(Pace(), draining=lambda: draining[0])
     answer = presence.answer_headers({headers.BOARD: "c:aaaa:1:100:0"})
     assert answer[headers.WORKER] == presence.id
-    assert answer[headers.BOARD].startswith(f"w:{presence.id}:1:105:")  # (age 0, or 0.1 s:
+    # its own entry: target 1.05, said just now (age 0, or 0.1 s: ages are rounded up)
+    assert answer[headers.BOARD].startswith(f"w:{presence.id}:1:105:")
     assert "c:aaaa:1:100:" in answer[headers.BOARD]  # what callers said is passed on
-    draining[0] = True  # rounded up)
+    draining[0] = True
     assert presence.answer_headers({})[headers.BOARD].startswith(f"w:{presence.id}:2:0:")
 
 
