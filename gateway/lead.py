@@ -105,4 +105,4 @@ def moves(leads: list[float], quota: float) -> list[float]:
     raw = [0.0 if abs(x) <= SIBLING_BAND * max(quota, 1.0) else
            max(-MOST_MOVED, min(MOST_MOVED, -SLOPE * x / max(quota, 1.0))) for x in leads]
     mean = sum(raw) / len(raw) if raw else 0.0
-    return [r - mean for r in raw] if any(raw) else raw
+    return [r - mean for r in raw]
