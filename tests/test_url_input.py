@@ -12,7 +12,8 @@ import pytest
 from services.ocr_api.errors import ApiError
 from services.ocr_api.url_input import (MAX_REDIRECTS, FetchTooLarge, SafeHttpClient,
                                         UrlRefused, blocked_reason, check_public_url,
-                                        loopback_allowed_for_tests, make_url_fetcher, split_url)
+                                        loopback_allowed_for_tests, make_url_fetcher,
+                                        private_allowed, split_url)
 
 
 @pytest.mark.parametrize("address", [
@@ -277,6 +278,36 @@ def test_post_for_callbacks_checks_the_url_and_returns_the_status(upstream):
     with pytest.raises(UrlRefused):
         client.post("http://internal.test/hook", b"{}")
     assert client.check(upstream.url("/hook")).addresses == ("127.0.0.1",)
+
+
+# Each IPv6 form that embeds an IPv4 address, with a non-public one inside (loopback,
+# private, metadata): refused whichever way it is written
+@pytest.mark.parametrize("address", [
+    "::ffff:0:7f00:1", "::ffff:0:127.0.0.1", "::ffff:0:a00:1", "::ffff:0:169.254.169.254",
+    "::ffff:0:0.0.0.0", "::ffff:7f00:1", "0:0:0:0:0:ffff:c0a8:1", "::7f00:1", "::a9fe:a9fe",
+    "2002:7f00:1::1", "2002:a9fe:a9fe::", "2002:c0a8:101:1::1", "64:ff9b::7f00:1",
+    "64:ff9b::a00:1", "64:ff9b:1::7f00:1", "64:ff9b:1:7f:0:100::",
+    "2001:0:4136:e378:8000:63bf:80ff:fffe",  # Teredo, client 127.0.0.1 (inverted bits)
+    "2001:0:7f00:1:8000:63bf:f7f7:f7f7",  # Teredo, server 127.0.0.1
+    "2001:0:4136:e378:8000:63bf:5601:5601",  # Teredo, client 169.254.169.254
+    "::ffff:0:0:7f00:1", "::1:7f00:1", "5f00::7f00:1", "3fff::1",  # outside 2000::/3, docs
+])
+def test_every_ipv6_form_of_a_non_public_ipv4_address_is_refused(address):
+    assert blocked_reason(address) is not None
+    with pytest.raises(UrlRefused):
+        check_public_url("http://sneaky.test/", lambda host, port: [address])
+
+
+def test_ipv6_forms_of_unspecified_or_multicast_addresses_stay_refused_when_private_is_allowed():
+    for address in ("::ffff:0.0.0.0", "::ffff:0:0.0.0.0", "64:ff9b::e000:1", "2002:e000:1::1"):
+        assert private_allowed(address) is not None, address
+    assert private_allowed("::ffff:10.0.0.1") is None and private_allowed("10.0.0.1") is None
+
+
+@pytest.mark.parametrize("address", ["::ffff:0:808:808", "64:ff9b::1.1.1.1",
+                                     "2002:101:101::1"])
+def test_forms_that_reach_a_public_ipv4_address_are_allowed(address):
+    assert blocked_reason(address) is None
 
 
 def test_an_ipv4_mapped_resolution_is_checked_as_its_ipv4_address():

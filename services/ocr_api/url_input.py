@@ -5,8 +5,9 @@ cloud's metadata service).
 How, step by step, for the URL and again for every redirect (at most MAX_REDIRECTS):
 - the URL must be http or https, without user:password, at most MAX_URL_CHARS long;
 - its host is resolved once, and every address it resolves to must pass `blocked_reason`
-  (a pure function: loopback, private, link-local, CGNAT, multicast, reserved, and the IPv6
-  forms that embed such an IPv4 address are refused);
+  (a pure function: loopback, private, link-local, CGNAT, multicast, reserved, every IPv6
+  form that embeds such an IPv4 address (mapped, translated, IPv4-compatible, 6to4, NAT64,
+  Teredo) and IPv6 outside the global unicast block are refused);
 - the connection goes to that checked address itself (no second lookup an attacker's DNS
   could answer differently), with the URL's host as Host header and TLS server name;
 - one deadline covers resolving, connecting, TLS, every redirect and every read: a watchdog
@@ -67,39 +68,59 @@ _BLOCKED = [(ipaddress.ip_network(net), why) for net, why in [
     ("64:ff9b:1::/48", "local-use NAT64 (RFC 8215)"),
     ("2001::/23", "IETF protocol assignments (Teredo and others)"),
     ("2001:db8::/32", "documentation"),
+    ("3fff::/20", "documentation (RFC 9637)"),
     ("fc00::/7", "unique local (private IPv6)"),
     ("fe80::/10", "link-local"),
     ("fec0::/10", "site-local (deprecated)"),
     ("ff00::/8", "multicast"),
 ]]
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")  # RFC 6052: the last 32 bits are an IPv4 address
+_GLOBAL_UNICAST = ipaddress.ip_network("2000::/3")  # every other IPv6 block is not the Internet
+# IPv6 forms whose packets go to the IPv4 address they embed (a translator, a relay, the host's
+# own stack): each is judged by that address
+_TRANSLATED = [ipaddress.ip_network(net) for net in (
+    "::ffff:0:0/96",  # IPv4-mapped (RFC 4291)
+    "::ffff:0:0:0/96",  # IPv4-translated (RFC 2765, SIIT)
+    "64:ff9b::/96",  # NAT64 well-known prefix (RFC 6052)
+)]
+_COMPATIBLE = ipaddress.ip_network("::/96")  # IPv4-compatible (deprecated), :: and ::1 aside
 _SIX_TO_FOUR = ipaddress.ip_network("2002::/16")  # bits 16-48 are an IPv4 address
 
 
-def embedded_ipv4(address: Address) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 address stands for (mapped, NAT64, 6to4), if any."""
+def embedded_ipv4(address: Address) -> tuple[ipaddress.IPv4Address, ...]:
+    """The IPv4 addresses an IPv6 address embeds: the last 32 bits of the mapped,
+    translated, NAT64 and IPv4-compatible forms; 6to4's bits 16-48; Teredo's server and
+    client (RFC 4380). Empty for any other address."""
     if address.version == 4:
-        return None
-    if address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    if address in _NAT64:
-        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+        return ()
+    if any(address in network for network in _TRANSLATED) or (
+            address in _COMPATIBLE and int(address) > 1):
+        return (ipaddress.IPv4Address(int(address) & 0xFFFFFFFF),)
     if address in _SIX_TO_FOUR:
-        return ipaddress.IPv4Address((int(address) >> 80) & 0xFFFFFFFF)
-    return None
+        return (ipaddress.IPv4Address((int(address) >> 80) & 0xFFFFFFFF),)
+    if address.teredo is not None:
+        return address.teredo
+    return ()
 
 
 def blocked_reason(address: Address | str) -> str | None:
-    """Why the service must not connect to `address`, or None for a public one."""
+    """Why the service must not connect to `address`, or None for a public one. An IPv6 form
+    that embeds an IPv4 address is refused when that address is not public; the mapped,
+    translated, NAT64 and 6to4 forms are allowed when it is (packets go to it). Every other
+    IPv6 address must be in the global unicast block 2000::/3 and public there."""
     if isinstance(address, str):
         address = ipaddress.ip_address(address.split("%", 1)[0])
     inner = embedded_ipv4(address)
-    if inner is not None:
-        why = blocked_reason(inner)
-        return f"IPv6 form of {inner}: {why}" if why else None
+    for ipv4 in inner:
+        why = blocked_reason(ipv4)
+        if why:
+            return f"IPv6 form of {ipv4}: {why}"
+    if inner and (address in _SIX_TO_FOUR or any(address in n for n in _TRANSLATED)):
+        return None
     for network, why in _BLOCKED:
         if address.version == network.version and address in network:
             return why
+    if address.version == 6 and address not in _GLOBAL_UNICAST:
+        return "outside IPv6 global unicast (2000::/3)"
     if not address.is_global:  # whatever else Python's registry knows to be non-public
         return "not a globally routable address"
     return None
@@ -108,11 +129,13 @@ def blocked_reason(address: Address | str) -> str | None:
 def private_allowed(address: Address | str) -> str | None:
     """The operator's opt-in for receivers inside their own network (job callbacks with
     GATEWAY_JOBS_CALLBACK_ALLOW_PRIVATE): any unicast address. Unspecified and multicast
-    addresses are still refused: nothing answers there."""
+    addresses are still refused, in their IPv6 forms too: nothing answers there (0.0.0.0 is
+    this very host)."""
     if isinstance(address, str):
         address = ipaddress.ip_address(address.split("%", 1)[0])
-    if address.is_unspecified or address.is_multicast:
-        return "not a unicast address"
+    for candidate in (address, *embedded_ipv4(address)):
+        if candidate.is_unspecified or candidate.is_multicast:
+            return "not a unicast address"
     return None
 
 
