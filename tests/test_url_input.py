@@ -298,7 +298,7 @@ def test_every_ipv6_form_of_a_non_public_ipv4_address_is_refused(address):
         check_public_url("http://sneaky.test/", lambda host, port: [address])
 
 
-def test_ipv6_forms_of_unspecified_or_multicast_addresses_stay_refused_when_private_is_allowed():
+def test_ipv6_forms_of_unspecified_or_multicast_stay_refused_when_private_is_allowed():
     for address in ("::ffff:0.0.0.0", "::ffff:0:0.0.0.0", "64:ff9b::e000:1", "2002:e000:1::1"):
         assert private_allowed(address) is not None, address
     assert private_allowed("::ffff:10.0.0.1") is None and private_allowed("10.0.0.1") is None

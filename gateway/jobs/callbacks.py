@@ -9,10 +9,11 @@ constant time and refuses old timestamps (replays); `verify_signature` does exac
 Where: the client's rules, the same as URL input's: http(s) only, no credentials in the URL,
 every address the host resolves to must be public (`blocked_reason`: private, loopback,
 link-local, CGNAT, and the IPv6 forms that embed such an address: mapped, translated, NAT64,
-6to4, IPv4-compatible, Teredo), the connection goes to the checked address itself, one deadline covers
-the whole exchange (a receiver that drips its answer is cut off), redirects are not followed
-and the answer's body is not read (nor decompressed). GATEWAY_JOBS_CALLBACK_ALLOW_PRIVATE
-allows receivers inside your own network (`private_allowed`)."""
+6to4, IPv4-compatible, Teredo), the connection goes to the checked address itself, one
+deadline covers the whole exchange (a receiver that drips its answer is cut off), redirects
+are not followed and the answer's body is not read (nor decompressed).
+GATEWAY_JOBS_CALLBACK_ALLOW_PRIVATE allows receivers inside your own network
+(`private_allowed`)."""
 
 from __future__ import annotations
 
