@@ -56,6 +56,8 @@ def create_service_app(name: str, *, max_file_bytes: int,
     def _finish(response: Response):
         if request.path == "/ocr" and not response.is_streamed:
             record_request(response.status_code, time.monotonic() - g.started)
+        if response.status_code >= 400:
+            drain_unread_body(max_body)
         response.headers[LOG_ID_HEADER] = current_log_id.get() or ""
         return response
 
@@ -79,6 +81,28 @@ def create_service_app(name: str, *, max_file_bytes: int,
         return Response(payload, content_type=content_type)
 
     return app
+
+
+def drain_unread_body(max_bytes: int) -> None:
+    """Read and drop what is left of the request body, up to `max_bytes`. An answer sent
+    before the body was read (a refusal: busy, at target, not ready, unauthorised) would
+    otherwise close the connection with bytes unread (gunicorn drains 64 KiB at most), and
+    the kernel resets it: a balancer then reads "upstream prematurely closed connection",
+    counts the busy worker as failed, and a client sees a reset instead of the JSON answer.
+    A body over `max_bytes` (413) is left to the close."""
+    length = request.content_length
+    if length is not None and length > max_bytes:
+        return
+    stream = request.environ.get("wsgi.input")
+    left = max_bytes
+    try:
+        while left > 0:
+            chunk = stream.read(min(64 * 1024, left)) if stream is not None else b""
+            if not chunk:
+                return
+            left -= len(chunk)
+    except (OSError, ValueError):  # the client went away, or the stream is closed
+        return
 
 
 def read_ocr_fields() -> tuple[dict[str, Any], bytes | None]:
