@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from services.ocr_api.server_settings import ServerSettings
-from services.ocr_api.settings import ConfigError, Settings, group, setting
+from services.ocr_api.settings import ConfigError, Settings, group, setting, shown_url
 
 # Searchable-PDF text layer fonts, tried in order (see gateway/outputs/fonts.py)
 DEFAULT_PDF_FONTS = ("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
@@ -31,7 +31,9 @@ class JobsConfig(Settings):
     and how callbacks are sent."""
 
     enabled: bool = setting("GATEWAY_JOBS_ENABLED", True)
-    redis_url: str | None = setting("GATEWAY_REDIS_URL", secret=True)  # may hold a password
+    # may hold a password: or from a file (a mounted Secret)
+    redis_url: str | None = setting("GATEWAY_REDIS_URL", file="GATEWAY_REDIS_URL_FILE",
+                                    single=True)
     db_path: str = setting("GATEWAY_JOBS_DB", "~/.local/state/ocrfleet/gateway-jobs.sqlite3")
     runners: int = setting("GATEWAY_JOBS_RUNNERS", 2, 0, 64)  # jobs at once per process
     lease_s: float = setting("GATEWAY_JOBS_LEASE_S", 15.0, 1)
@@ -41,7 +43,8 @@ class JobsConfig(Settings):
     max_stored_bytes: int = setting("GATEWAY_JOBS_MAX_STORED_BYTES", 2 * 1024 ** 3, 1024)
     max_wait_s: float = setting("GATEWAY_JOBS_MAX_WAIT_S", 60.0, 0, 3600)
     public_url: str | None = setting("GATEWAY_JOBS_PUBLIC_URL")
-    callback_secret: str | None = setting("GATEWAY_JOBS_CALLBACK_SECRET", secret=True)
+    callback_secret: str | None = setting("GATEWAY_JOBS_CALLBACK_SECRET", single=True,
+                                          file="GATEWAY_JOBS_CALLBACK_SECRET_FILE")
     callback_attempts: int = setting("GATEWAY_JOBS_CALLBACK_ATTEMPTS", 8, 1, 100)
     callback_backoff_s: float = setting("GATEWAY_JOBS_CALLBACK_BACKOFF_S", 2.0, 0.01)
     # one attempt, whole (connect, send, the answer's head)
@@ -54,14 +57,14 @@ class JobsConfig(Settings):
         super().validate()
         if self.redis_url and not self.redis_url.startswith(("redis://", "rediss://",
                                                              "unix://")):
-            raise ConfigError(f"GATEWAY_REDIS_URL={self.redis_url!r}: expected redis://host:"
-                              "port/db, rediss:// (TLS) or unix:///path")
+            raise ConfigError(f"GATEWAY_REDIS_URL(_FILE): {shown_url(self.redis_url)}; "
+                              "expected redis://host:port/db, rediss:// (TLS) or unix:///path")
         if self.public_url and not self.public_url.startswith(("http://", "https://")):
-            raise ConfigError(f"GATEWAY_JOBS_PUBLIC_URL={self.public_url!r}: expected an "
-                              "http:// or https:// URL")
+            raise ConfigError(f"GATEWAY_JOBS_PUBLIC_URL: {shown_url(self.public_url)}; "
+                              "expected an http:// or https:// URL")
         if self.callback_secret is not None and len(self.callback_secret) < 16:
-            raise ConfigError("GATEWAY_JOBS_CALLBACK_SECRET: use at least 16 characters (for "
-                              "example `openssl rand -hex 32`)")
+            raise ConfigError("GATEWAY_JOBS_CALLBACK_SECRET(_FILE): use at least 16 characters "
+                              "(for example `openssl rand -hex 32`)")
 
 
 @dataclass(frozen=True)
@@ -155,4 +158,5 @@ class GatewayConfig(ServerSettings):
             raise ConfigError(f"GATEWAY_REPLICA_DNS={self.replica_dns!r}: expected name:port")
         for url in (self.upstream_url, *self.replicas):
             if url and not url.startswith(("http://", "https://")):
-                raise ConfigError(f"upstream {url!r}: expected an http:// or https:// URL")
+                raise ConfigError(f"GATEWAY_UPSTREAM_URL/GATEWAY_REPLICAS: {shown_url(url)}; "
+                                  "expected an http:// or https:// URL")

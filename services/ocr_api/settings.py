@@ -5,8 +5,8 @@ Each setting is declared once, as a field of the service's frozen dataclass:
 
     queue_pages: int = setting("GATEWAY_QUEUE_PAGES", 1000, 1)  # pages admitted, per process
 
-(variable, default, bounds; the type is the annotation; `choices`, `secret`, `file` and
-`convert` where needed), and `Settings.from_env` reads every declared field through `Env`.
+(variable, default, bounds; the type is the annotation; `choices`, `secret`, `file`, `single`
+and `convert` where needed), and `Settings.from_env` reads every declared field through `Env`.
 A field whose type is another `Settings` dataclass is a group read from the same variables
 (the gateway's `jobs` and `cache`).
 
@@ -122,13 +122,7 @@ class Env:
         items = self.list(name)
         path = self._raw(file_name)
         if path is not None:
-            try:
-                with open(path, encoding="utf-8") as file:
-                    text = file.read(1024 * 1024)
-            except (OSError, UnicodeDecodeError) as exc:
-                raise ConfigError(f"{file_name}={path!r}: cannot read it "
-                                  f"({type(exc).__name__})") from None
-            for line in text.splitlines():
+            for line in _read_secret_file(file_name, path).splitlines():
                 if line.strip().startswith("#"):
                     continue
                 items += [item.strip() for item in line.split(",") if item.strip()]
@@ -140,6 +134,23 @@ class Env:
                 raise ConfigError(f"{name}/{file_name}: a value with spaces or characters "
                                   "outside printable ASCII")
         return tuple(dict.fromkeys(items))
+
+    def secret(self, name: str, file_name: str) -> str | None:
+        """One secret value (a URL with a password, a signing key) from `name`, or else read
+        whole from the file that `file_name` names (a mounted Secret: one line, lines starting
+        with `#` ignored). Both set is an error: which one wins would be a guess. Messages
+        name the variables, never the value."""
+        value, path = self._raw(name), self._raw(file_name)
+        if path is None:
+            return value
+        if value is not None:
+            raise ConfigError(f"{name} and {file_name} are both set: set one of them")
+        lines = [line.strip() for line in _read_secret_file(file_name, path).splitlines()
+                 if line.strip() and not line.strip().startswith("#")]
+        if len(lines) != 1:
+            raise ConfigError(f"{file_name}={path!r}: expected one value on one line, found "
+                              f"{len(lines)} lines")
+        return lines[0]
 
     def check_prefix(self, prefix: str, also_known: Iterable[str] = ()) -> None:
         """ConfigError naming the first variable that starts with `prefix` but was neither read
@@ -168,7 +179,8 @@ class Env:
 @dataclasses.dataclass(frozen=True)
 class Variable:
     """How one field is read: its variable, bounds or choices, for secrets the variable that
-    may name a file holding more, and a conversion of the value read."""
+    may name a file holding more (or, `single`, holding the one value instead), and a
+    conversion of the value read."""
 
     name: str
     minimum: float | None = None
@@ -176,11 +188,15 @@ class Variable:
     choices: tuple[str, ...] = ()
     file: str | None = None
     convert: Callable[[Any], Any] | None = None
+    single: bool = False
 
     def read(self, env: Env, kind: type, default: Any) -> Any:
         """Unset (or blank): the default. `kind` is the field's type, None and generics
         taken off: bool, int, float, str or tuple (a comma-separated list)."""
-        if self.file is not None:
+        if self.file is not None and self.single:
+            value = env.secret(self.name, self.file)
+            value = default if value is None else value
+        elif self.file is not None:
             value = env.secrets(self.name, self.file)
         elif kind is bool:
             value = env.bool(self.name, default)
@@ -199,10 +215,13 @@ class Variable:
 
 def setting(name: str, default: Any = None, minimum: float | None = None,
             maximum: float | None = None, *, choices: Sequence[str] = (), secret: bool = False,
-            file: str | None = None, convert: Callable[[Any], Any] | None = None) -> Any:
+            file: str | None = None, convert: Callable[[Any], Any] | None = None,
+            single: bool = False) -> Any:
     """A dataclass field read from the variable `name`. `secret` (implied by `file`, the
-    variable naming a mounted Secret): kept out of repr, so never in a log line."""
-    variable = Variable(name, minimum, maximum, tuple(choices), file, convert)
+    variable naming a mounted Secret): kept out of repr, so never in a log line. `file`
+    alone: a list of secrets, from both (`Env.secrets`); with `single`: one value, taken
+    whole from one or the other (`Env.secret`: a URL, a signing key)."""
+    variable = Variable(name, minimum, maximum, tuple(choices), file, convert, single)
     return dataclasses.field(default=default, repr=not (secret or file),
                              metadata={"variable": variable})
 
@@ -319,3 +338,25 @@ def _check_range(name, number, minimum, maximum) -> None:
         raise ConfigError(f"{name}={number}: must be >= {minimum}")
     if maximum is not None and number > maximum:
         raise ConfigError(f"{name}={number}: must be <= {maximum}")
+
+
+def _read_secret_file(file_name: str, path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as file:
+            return file.read(1024 * 1024)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{file_name}={path!r}: cannot read it "
+                          f"({type(exc).__name__})") from None
+
+
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]{0,15}://")
+
+
+def shown_url(value: str) -> str:
+    """A URL setting's value as a configuration error may describe it: its scheme, never the
+    rest. A password may be anywhere in a URL (user-info, `?password=`), and anywhere in a
+    mistyped one (`redis:/:pw@host` parses with no user-info at all)."""
+    scheme = _SCHEME.match(value)
+    if scheme is None:
+        return "a value without a scheme:// (not shown: it may hold a password)"
+    return f"a URL starting {scheme.group(0)!r} (the rest not shown: it may hold a password)"
