@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.config import GatewayConfig
+from services.ocr_api.logs import redact_url
 from services.ocr_api.settings import ConfigError
 
 BASE = {"GATEWAY_REPLICAS": "http://127.0.0.1:8101"}
@@ -73,3 +74,13 @@ def test_a_blank_file_variable_leaves_the_setting_to_its_variable():
     config = GatewayConfig.from_env({**BASE, "GATEWAY_JOBS_CALLBACK_SECRET": SECRET,
                                      "GATEWAY_JOBS_CALLBACK_SECRET_FILE": " "})
     assert config.jobs.callback_secret == SECRET and config.jobs.redis_url is None
+
+
+@pytest.mark.parametrize("url", [
+    f"redis://:{PASSWORD}@redis:6379/0", f"redis://redis:6379/0?password={PASSWORD}",
+    f"rediss://default:{PASSWORD}@redis/1?ssl_cert_reqs=none",
+    f"unix:///run/redis.sock?db=0&password={PASSWORD}"])
+def test_the_store_logs_its_redis_url_without_the_password(url):
+    """What the jobs log when their store cannot be reached (`Jobs.log_store_error`)."""
+    shown = redact_url(url)
+    assert PASSWORD not in shown and shown.split(":", 1)[0] == url.split(":", 1)[0]

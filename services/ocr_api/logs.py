@@ -22,14 +22,19 @@ _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
 
 def redact_url(url: str) -> str:
-    """The URL as it may be logged: user and password (a Redis password, say) as ***."""
+    """The URL as it may be logged: user and password (a Redis password, say) as ***, and
+    the query too (redis-py takes `?password=`)."""
     try:
         parts = urlsplit(url)
-        if parts.username is None and parts.password is None:
+        query = "***" if parts.query else ""
+        if parts.username is None and parts.password is None and not query:
             return url
         host = parts.hostname or ""
-        netloc = f"***@{host}" + (f":{parts.port}" if parts.port else "")
-        return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+        netloc = (f"***@{host}" if parts.username is not None or parts.password is not None
+                  else host) + (f":{parts.port}" if parts.port else "")
+        if not netloc:  # unix:///path: urlunsplit would drop the empty authority
+            return f"{parts.scheme}://{parts.path}" + (f"?{query}" if query else "")
+        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
     except ValueError:
         return "(a URL that does not parse)"
 
