@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import shutil
 import subprocess
 import sys
@@ -48,6 +49,19 @@ def cuda_inference_available() -> bool:
         return bool(paddle.device.is_compiled_with_cuda())
     except ImportError:
         return False
+
+
+def fleet_credential(environ) -> tuple[dict[str, str], dict[str, str]]:
+    """(the workers' env, the gateway's env) for the internal credential: a new random token
+    for this fleet unless OCR_API_TOKEN or GATEWAY_WORKER_TOKEN (or their _FILE forms) is set
+    already. With it, the workers answer only the gateway, and take the fleet board only from
+    it (services/ocr_worker/app.py): nothing else on the machine can steer the fleet."""
+    names = ("OCR_API_TOKEN", "OCR_API_TOKEN_FILE", "GATEWAY_WORKER_TOKEN",
+             "GATEWAY_WORKER_TOKEN_FILE")
+    if any(environ.get(name) for name in names):
+        return {}, {}
+    token = secrets.token_urlsafe(32)
+    return {"OCR_API_TOKEN": token}, {"GATEWAY_WORKER_TOKEN": token}
 
 
 def jobs_store(args, start, cancelled) -> dict[str, str]:
@@ -105,6 +119,7 @@ def main(argv=None) -> int:
         gpus = 0
     # the machine's cores shared out between the workers (1 each on a 2-core box)
     threads = os.environ.get("OCR_THREADS") or str(max(1, (os.cpu_count() or 1) // args.workers))
+    worker_credential, gateway_credential = fleet_credential(os.environ)
     processes: list[ManagedProcess] = []
     stop = StopRequest().install()
     parent = os.getppid()
@@ -125,7 +140,7 @@ def main(argv=None) -> int:
             if cancelled():
                 raise Interrupted
             # one process per worker, whatever OCR_PROCESSES (or make's WORKERS) says
-            env = {"OCR_THREADS": threads, "OCR_PROCESSES": "1"}
+            env = {"OCR_THREADS": threads, "OCR_PROCESSES": "1", **worker_credential}
             if gpus:
                 env.update(CUDA_VISIBLE_DEVICES=str(index % gpus),
                            OCR_DEVICE=os.environ.get("OCR_DEVICE", "gpu:0"))
@@ -152,7 +167,7 @@ def main(argv=None) -> int:
                   "worker list itself")
         if cancelled():
             raise Interrupted
-        upstream.update(jobs_store(args, start, cancelled))
+        upstream.update(jobs_store(args, start, cancelled), **gateway_credential)
         start(gateway_process(args.gateway_port, upstream, run_dir / "gateway.log"))
         processes[-1].wait_ready(60, cancelled)
         print(f"ready: POST http://127.0.0.1:{args.gateway_port}/ocr  (Ctrl-C stops the fleet)",

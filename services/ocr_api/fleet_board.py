@@ -36,8 +36,9 @@ is sent and answers with its own entry and its board. An entry thus reaches ever
 within a few round trips, through whichever workers they share. Workers are many, so a
 message carries at most `max_workers` worker entries, chosen in turn; and the other clients'
 entries that fit in MAX_SENT_CHARS (about 13 gateway processes' worth), in turn too. Pure:
-the clock is injected, and nothing here does I/O. Malformed entries are ignored (the header is
-internal, but never trusted)."""
+the clock is injected, and nothing here does I/O. Malformed entries, and values or sequence
+numbers no real fleet sends, are ignored; a worker takes a board in only from its gateways
+(services/ocr_worker/app.py)."""
 
 from __future__ import annotations
 
@@ -56,7 +57,12 @@ KINDS = ("c", "h", "f", "s", "u", "w", "n")
 CLIENT_KINDS = ("c", "h", "f", "s", "u")
 WORKER_KINDS = ("w", "n")  # only the own are sent: a worker passes on other workers' `w`
 REMEMBER_S = 60.0  # a gateway process heard of this recently may still be there
-_ITEM = re.compile(r"\s*([%s]):([0-9a-z]{1,16}):([0-9]{1,12}):([0-9]{1,12}):([0-9]{1,12})\s*"
+# An owner counts its statements from 1, one at a time: a sequence number past MAX_SEQ, or
+# more than MAX_SEQ_STEP ahead of a live entry's, is no owner's and is ignored (it would
+# otherwise beat every later true statement)
+MAX_SEQ, MAX_SEQ_STEP = 10**9, 10_000
+MAX_VALUE = 100_000  # documents, pages or pages per second: more is no real fleet's
+_ITEM = re.compile(r"\s*([%s]):([0-9a-z]{1,16}):([0-9]{1,10}):([0-9]{1,10}):([0-9]{1,6})\s*"
                    % "".join(KINDS))  # kind:id:seq:value*100:age*10
 
 
@@ -110,6 +116,8 @@ class Board:
         old = self._entries.get(key)
         if old is not None and (old.seq, old.heard) >= (entry.seq, entry.heard):
             return  # an older statement, or the same one heard less recently
+        if old is not None and entry.seq > old.seq + MAX_SEQ_STEP and self._live(old):
+            return  # no owner's next statement
         self._entries[key] = entry
         if entry.kind == "c":
             self._known[entry.id] = max(entry.heard, self._known.get(entry.id, entry.heard))
@@ -118,6 +126,12 @@ class Board:
         if len(self._entries) > self.max_entries:
             stalest = min(self._entries, key=lambda k: self._entries[k].heard)
             del self._entries[stalest]
+
+    def _ttl(self, kind: str) -> float:
+        return self.worker_ttl_s if kind in WORKER_KINDS else self.client_ttl_s
+
+    def _live(self, entry: Entry) -> bool:
+        return self.clock() - entry.heard <= self._ttl(entry.kind)
 
     # ---- reading -----------------------------------------------------------------------------
     def live(self) -> dict[str, list[Entry]]:
@@ -128,8 +142,7 @@ class Board:
         with self._lock:
             stale = []
             for key, entry in self._entries.items():
-                age = now - entry.heard
-                ttl = self.worker_ttl_s if entry.kind in WORKER_KINDS else self.client_ttl_s
+                age, ttl = now - entry.heard, self._ttl(entry.kind)
                 if age <= ttl:
                     out[entry.kind].append(entry)
                 elif age > 2 * ttl:
@@ -215,7 +228,7 @@ def _parse(item: str, now: float) -> Entry | None:
     if match is None:
         return None
     kind, id, seq, value, age = match.groups()
-    if int(value) > 10_000_000:
+    if int(value) > MAX_VALUE * 100 or int(seq) > MAX_SEQ:
         return None
     return Entry(kind, id, int(seq), int(value) / 100.0, now - int(age) / 10.0)
 

@@ -11,12 +11,13 @@ from flask import Flask, request
 
 from services.flask_common import (create_service_app, json_response, outcome_of,
                                    read_ocr_fields)
-from services.flask_common.access import AccessPolicy
+from services.flask_common.access import AccessPolicy, KeyCheck, presented_key
 from services.ocr_api import tracing
 from services.ocr_api.headers import ENGINE, PRIORITY, START_WITHIN_MS, WITHIN_TARGET
 from services.ocr_api.logs import current_log_id
+from services.ocr_api.openapi import register as register_openapi
 
-from . import metrics
+from . import metrics, openapi
 from .capacity import DEADLINE_HEADER, capacity_headers, parse_deadline_ms, parse_priority
 from .config import WorkerConfig
 from .engine import Engine
@@ -47,6 +48,14 @@ def create_app(config: WorkerConfig | None = None, engine: Engine | None = None,
                              access=AccessPolicy(keys=config.api_tokens,
                                                  metrics_port=config.metrics_port))
     app.extensions["ocr_service"] = service
+    internal = KeyCheck(config.api_tokens)
+
+    def from_the_fleet(status: int) -> bool:
+        """Whether to take in the fleet board a request carries: only from a request this
+        worker served (not one it refused or rejected), and, with OCR_API_TOKEN set, only
+        from a caller that sent it (the probes are open to anyone). Anything else that
+        reaches a worker could otherwise tell every gateway how to place its pages."""
+        return status < 400 and (not internal or internal.accepts(presented_key(request.headers)))
 
     @app.post("/ocr")
     def ocr():
@@ -68,17 +77,20 @@ def create_app(config: WorkerConfig | None = None, engine: Engine | None = None,
     @app.after_request
     def _capacity_headers(response):
         """Every /ocr and /readyz answer, errors included, says how much room is left, and
-        carries the fleet board (services/ocr_worker/capacity.py)."""
+        carries the fleet board (services/ocr_worker/capacity.py); the board it was sent is
+        taken in only from the fleet (`from_the_fleet`)."""
         if request.path in ("/ocr", "/readyz"):
             capacity = service.capacity()
             response.headers.update(capacity_headers(capacity["slots"], capacity["free"],
                                                      service.admission.held))
-            response.headers.update(service.presence.answer_headers(request.headers))
+            heard = request.headers if from_the_fleet(response.status_code) else {}
+            response.headers.update(service.presence.answer_headers(heard))
             identity = service.engine_identity()
             if identity:
                 response.headers[ENGINE] = identity
         return response
 
+    register_openapi(app, lambda built: openapi.build(built, config))  # GET /openapi.json
     if start:
         service.start()
     return app
