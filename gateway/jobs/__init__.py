@@ -29,12 +29,14 @@ from .store import JobStore, Limits
 log = logging.getLogger("gateway.jobs")
 
 
-def open_store(redis_url: str | None, sqlite_path: str) -> JobStore:
-    """Redis when a URL is configured, else the embedded SQLite file."""
+def open_store(redis_url: str | None, sqlite_path: str, for_requests: bool = False) -> JobStore:
+    """Redis when a URL is configured (`for_requests`: on a client that fails fast,
+    `RedisJobStore.for_requests`), else the embedded SQLite file."""
     if redis_url:
         from .store_redis import RedisJobStore
 
-        return RedisJobStore(redis_url)
+        return RedisJobStore.for_requests(redis_url) if for_requests else \
+            RedisJobStore(redis_url)
     from .store_sqlite import SqliteJobStore
 
     return SqliteJobStore(sqlite_path)
@@ -53,14 +55,29 @@ class Jobs:
         self.limits = Limits(self.config.max_active, self.config.max_stored_bytes)
         self.runner: JobRunner | None = None
         self._store: JobStore | None = None
+        self._request_store: JobStore | None = None
         self._lock = threading.Lock()
 
     @property
     def store(self) -> JobStore:
+        """The store as the runners use it (and the routes' writes: a write that timed out
+        might still be done later, so it waits for its answer)."""
         with self._lock:
             if self._store is None:
                 self._store = open_store(self.config.redis_url, self.config.db_path)
             return self._store
+
+    @property
+    def request_store(self) -> JobStore:
+        """The store as the routes read it before they answer: with Redis, a client whose
+        calls fail fast (a 503 at once while Redis stalls); the same store with SQLite."""
+        if not self.config.redis_url:
+            return self.store
+        with self._lock:
+            if self._request_store is None:
+                self._request_store = open_store(self.config.redis_url, self.config.db_path,
+                                                 for_requests=True)
+            return self._request_store
 
     def start(self) -> None:
         sender = (CallbackSender(self.config.callback_secret, self.client)

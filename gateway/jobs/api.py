@@ -1,6 +1,9 @@
 """The /jobs routes: submit (the /ocr body plus `callbackUrl`), follow (with long-poll), fetch
 the result, cancel or delete. Each route is a few lines over `Jobs` (store, runner, limits);
-a store that cannot be reached is a 503, never a 500."""
+a store that cannot be reached is a 503, never a 500, and a stalled one is a 503 at once:
+what a route reads before it answers goes through `Jobs.request_store`, whose calls fail
+fast, and a submit asks that store first, so that it never writes into a stalled one (the
+write might be done after its 503 and the job run twice)."""
 
 from __future__ import annotations
 
@@ -57,7 +60,7 @@ def create_blueprint(jobs) -> Blueprint:
         return (jobs.config.public_url or request.url_root).rstrip("/")
 
     def load(job_id: str) -> Job:
-        job = jobs.store.get(job_id) if JOB_ID.match(job_id) else None
+        job = jobs.request_store.get(job_id) if JOB_ID.match(job_id) else None
         if job is None or (job.client.startswith("key:") and job.client != client_identity()):
             raise ApiError(404, f"No job {job_id}: it never existed, was deleted, or its "
                                 "result expired")
@@ -88,6 +91,7 @@ def create_blueprint(jobs) -> Blueprint:
         job = Job(id=uuid.uuid4().hex, client=client_identity(),
                   spec=replace(job_spec(plan, fields, callback_url, base_url()),
                                cache_control=request.headers.get("Cache-Control")))
+        jobs.request_store.ping()  # a stalled store: 503 now, before anything is written
         try:
             jobs.store.create(job, plan.request.file_bytes, jobs.limits)
         except LimitExceeded as exc:
@@ -104,10 +108,10 @@ def create_blueprint(jobs) -> Blueprint:
         wait_s = wait_seconds(request.args.get("wait"), jobs.config.max_wait_s)
         if wait_s and job.state not in FINAL_STATES and waiters.acquire(blocking=False):
             try:
-                job = wait_for_change(jobs.store, job, wait_s) or load(job_id)
+                job = wait_for_change(jobs.request_store, job, wait_s) or load(job_id)
             finally:
                 waiters.release()
-        body = status_body(job, jobs.store.failed_pages(job.id), base_url())
+        body = status_body(job, jobs.request_store.failed_pages(job.id), base_url())
         return json_response(envelope.success(job.spec.log_id, body))
 
     @blueprint.get("/jobs/<job_id>/result")
@@ -125,8 +129,10 @@ def create_blueprint(jobs) -> Blueprint:
                                 "pages done so far")
         if job.state == FAILED:
             raise ApiError(job.error_code or 500, job.error_msg)
+        # the body is read on the runners' patient store: once an answer has begun there is
+        # no 503 to give, and a stall waited out is better than a body cut short
         return outputs.respond(chosen, results.answer(jobs.store, job), jobs.pdf_fonts,
-                               jobs.service.pdf_builder)
+                               jobs.service.pdf_builder, jobs.service.answer_disk)
 
     @blueprint.delete("/jobs/<job_id>")
     def cancel(job_id: str):

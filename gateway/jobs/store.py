@@ -55,6 +55,9 @@ class JobStore(Protocol):
 
     def usage(self, client: str) -> Usage: ...
 
+    def ping(self) -> None:
+        """Nothing, or the store's error when it cannot answer now."""
+
     def claim(self, owner: str, lease_s: float, now: float | None = None) -> Claim | None:
         """Lease the first due job; a queued job becomes running."""
 

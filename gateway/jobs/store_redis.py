@@ -16,6 +16,8 @@ import time
 from typing import Iterator
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from .model import ACTIVE_STATES, Job, StoredPage
 from .store import Claim, Limits, Usage, check_limits
@@ -23,6 +25,8 @@ from .store import Claim, Limits, Usage, check_limits
 PREFIX = "ocrfleet:jobs:"
 PAGE_BATCH = 32
 ORPHAN_DOCUMENT_S = 3600  # a document whose job was never created (crash in between)
+RUNNER_TIMEOUT_S = 30.0  # a runner's call waits out a stalled Redis: nobody waits on it
+REQUEST_TIMEOUT_S = 2.0  # a request's call fails this soon, tried once: a 503 at once
 
 _LEASE_IS_MINE = """
 if redis.call('HGET', KEYS[1], 'lease_token') ~= ARGV[1] then return 0 end
@@ -147,15 +151,31 @@ return found
 
 
 class RedisJobStore:
-    def __init__(self, url: str, prefix: str = PREFIX):
-        self.redis = redis.Redis.from_url(url, socket_timeout=30, socket_connect_timeout=5,
-                                          health_check_interval=30)
+    def __init__(self, url: str, prefix: str = PREFIX, timeout_s: float = RUNNER_TIMEOUT_S,
+                 retries: int | None = None):
+        """`timeout_s` bounds each connect and each read of an answer; `retries`: attempts
+        after a connection error or timeout (None: redis-py's default)."""
+        retry = {} if retries is None else {"retry": Retry(NoBackoff(), retries)}
+        self.redis = redis.Redis.from_url(url, socket_timeout=timeout_s,
+                                          socket_connect_timeout=min(5.0, timeout_s),
+                                          health_check_interval=30, **retry)
         self.prefix = prefix
         self.queue, self.expiry = prefix + "queue", prefix + "expiry"
         self._scripts = {name: self.redis.register_script(source) for name, source in {
             "create": CREATE, "take": TAKE, "renew": RENEW, "release": RELEASE,
             "put_page": PUT_PAGE, "finish": FINISH, "callback_done": CALLBACK_DONE,
             "cancel": CANCEL, "delete": DELETE}.items()}
+
+    @classmethod
+    def for_requests(cls, url: str, prefix: str = PREFIX) -> "RedisJobStore":
+        """The store as the /jobs routes read it, on a client of its own: each call answers
+        within REQUEST_TIMEOUT_S or fails, tried once, so a stalled Redis (paused, failing
+        over, its network cut) is a 503 at once and not a request held past its client's
+        timeout. The runners keep the patient client: their calls go on once it is back."""
+        return cls(url, prefix, REQUEST_TIMEOUT_S, retries=0)
+
+    def ping(self) -> None:
+        self.redis.ping()
 
     def _key(self, kind: str, name: str) -> str:
         return f"{self.prefix}{kind}:{name}"

@@ -107,6 +107,9 @@ class SqliteJobStore:
     def usage(self, client: str) -> Usage:
         return self._usage(self._db(), client)
 
+    def ping(self) -> None:
+        self._db().execute("SELECT 1")
+
     @staticmethod
     def _usage(db: sqlite3.Connection, client: str) -> Usage:
         active, stored = db.execute(
