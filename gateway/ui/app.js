@@ -564,9 +564,13 @@
 
   function renderFleet(fleet) {
     const replicas = fleet.replicas || [];
+    // behind a load balancer the one replica is the balancer: the workers behind it are
+    // those the fleet board tells of
+    const workers = fleet.mode === "load_balancer" ? fleet.workers || [] : [];
     const ready = replicas.filter((r) => r.ready).length;
     const parts = [`${ready} of ${replicas.length} replica${replicas.length === 1 ? "" : "s"} `
       + "ready"];
+    if (fleet.mode === "load_balancer") parts.push(workersText(workers));
     const rate = fleet.pagesPerSecond;
     parts.push(typeof rate === "number" ? `${rate.toFixed(2)} pages/s (last minute)`
       : "pages/s n/a");
@@ -581,19 +585,41 @@
     }
     if (fleet.mode) parts.push(`mode: ${fleet.mode.replace("_", " ")}`);
     el.fleetSummary.textContent = parts.join(" · ");
-    el.fleetBody.replaceChildren(...replicas.map(fleetRow));
+    el.fleetBody.replaceChildren(...replicas.map(fleetRow), ...workers.map(workerRow));
     el.fleetSummary.dataset.polls = Number(el.fleetSummary.dataset.polls || 0) + 1;
   }
 
+  function workersText(workers) {
+    const draining = workers.filter((w) => w.draining).length;
+    return `${workers.length} worker${workers.length === 1 ? "" : "s"} behind it`
+      + (draining ? ` (${draining} draining)` : "");
+  }
+
   function fleetRow(replica) {
-    const row = document.createElement("tr");
-    row.dataset.url = replica.url;
     const ready = replica.ready == null ? "probing" : replica.ready ? "yes" : "no";
     const inflight = replica.limit != null ? `${replica.inflight} / ${replica.limit}`
       : `${replica.inflight}`;
-    for (const [text, cls] of [[replica.url.replace(/^https?:\/\//, ""), "url"],
-      [ready, `ready-${ready}`],
-      [inflight, "num"], [String(replica.served), "num"]]) {
+    const row = tableRow([[replica.url.replace(/^https?:\/\//, ""), "url"],
+      [ready, `ready-${ready}`], [inflight, "num"], [String(replica.served), "num"]]);
+    row.dataset.url = replica.url;
+    return row;
+  }
+
+  // A worker behind the balancer: the pages it holds to stay busy are known (it says so),
+  // its pages in flight and served are not (the balancer picks where each page goes).
+  function workerRow(worker) {
+    const ready = worker.draining ? "draining" : "yes";
+    const row = tableRow([[`worker ${worker.id}`, "url"], [ready, `ready-${ready}`],
+      [`– / ${worker.slots}`, "num"], ["–", "num"]]);
+    row.dataset.worker = worker.id;
+    row.className = "worker";
+    row.title = `heard ${worker.heardSecondsAgo} s ago`;
+    return row;
+  }
+
+  function tableRow(cells) {
+    const row = document.createElement("tr");
+    for (const [text, cls] of cells) {
       const cell = document.createElement("td");
       cell.textContent = text;
       cell.className = cls;
