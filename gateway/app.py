@@ -59,6 +59,8 @@ def create_app(config: GatewayConfig | None = None, resolver=None, start: bool =
 
     def reserve_and_answer() -> Response:
         output = outputs.negotiate(request.headers.get("Accept"))
+        if output != outputs.NDJSON:  # its pages (and a ZIP) spool to this process's disk
+            service.check_answer_disk()
         # the request's room in the memory budget, taken before its body is read
         length = request.content_length
         ticket = service.reserve(length, request.mimetype != "multipart/form-data")
@@ -82,7 +84,8 @@ def create_app(config: GatewayConfig | None = None, resolver=None, start: bool =
             pages = service.collect(plan, document, client_gone=client_gone())
             try:
                 response = outputs.respond(output, service.answer(plan, pages),
-                                           config.pdf_fonts, service.pdf_builder)
+                                           config.pdf_fonts, service.pdf_builder,
+                                           service.answer_disk)
             except BaseException:
                 pages.close()
                 raise

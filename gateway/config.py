@@ -136,6 +136,9 @@ class GatewayConfig(ServerSettings):
     answer_memory_mb: int = setting("GATEWAY_ANSWER_MEMORY_MB", 8, 1, 4096)
     # the most one answer may spool to disk (gateway/outputs/spool)
     answer_disk_mb: int = setting("GATEWAY_ANSWER_DISK_MB", 4096, 1)
+    # the most all answers of one gateway process may spool to disk at once (pages and ZIPs):
+    # times GATEWAY_PROCESSES, within the pod's temporary disk (deploy/k8s: the /tmp emptyDir)
+    temp_disk_mb: int = setting("GATEWAY_TEMP_DISK_MB", 3072, 1)
     jobs: JobsConfig = group(JobsConfig)
     cache: CacheConfig = group(CacheConfig)
 

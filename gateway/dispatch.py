@@ -6,7 +6,6 @@ where to try again is the scheduler's decision (gateway.scheduler)."""
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ import urllib3
 from urllib3.exceptions import HTTPError as TransportError
 from urllib3.exceptions import TimeoutError as TransportTimeout
 
+from services.documents import unicode
 from services.ocr_api import headers as h
 from services.ocr_api import tracing
 
@@ -113,7 +113,7 @@ def _seconds(milliseconds: int | None) -> float | None:
 
 def _json_or_empty(data: bytes) -> dict[str, Any]:
     try:
-        parsed = json.loads(data)
+        parsed = unicode.loads(data)  # a lone surrogate in it becomes U+FFFD
     except (ValueError, RecursionError):
         return {}
     return parsed if isinstance(parsed, dict) else {}

@@ -32,7 +32,7 @@ from .config import GatewayConfig
 from .dispatch import DispatchSettings, ReplicaClient, make_pool, probe_ready
 from .scheduler import INTERACTIVE, Document, Scheduler, SchedulerSettings
 from .outputs.sandbox import PdfBuilder, SandboxLimits
-from .outputs.spool import PageSpool
+from .outputs.spool import DiskBudget, PageSpool
 from .plan import Plan, PlanLimits, plan_document
 from .split import KIND_TIFF
 from .fleet import FleetView
@@ -69,6 +69,8 @@ class GatewayService:
         self.executor = ThreadPoolExecutor(config.max_inflight, thread_name_prefix="send")
         self.front = FrontDoor(config.queue_pages, config.queue_bytes)
         self.answer_memory = config.answer_memory_mb * 2**20
+        # every answer's spooled pages and ZIP, on this process's share of the temporary disk
+        self.answer_disk = DiskBudget(config.temp_disk_mb * 2**20, config.answer_disk_mb * 2**20)
         self.scheduler = Scheduler(
             self.replicas,
             ReplicaClient(self.pool, DispatchSettings(page_timeout_s=config.page_timeout_s,
@@ -150,6 +152,15 @@ class GatewayService:
             metrics.REFUSED.labels("queue_full").inc()
             raise
 
+    def check_answer_disk(self) -> None:
+        """Before an answer that spools (anything but NDJSON) reads its body: 503 with
+        Retry-After while this process's temporary disk is taken."""
+        try:
+            self.answer_disk.check(self.answer_memory)
+        except ApiError:
+            metrics.REFUSED.labels("disk_full").inc()
+            raise
+
     def plan(self, fields: Mapping[str, Any], file_bytes: bytes | None) -> Plan:
         return plan_document(fields, file_bytes, self.plan_limits, self.fetch_url)
 
@@ -212,7 +223,7 @@ class GatewayService:
         answer with; the caller closes the spool once answered. Without partial results,
         the first failed page stops new pages going out, and the error (a 4xx/5xx JSON
         answer) names every page that failed among those already sent."""
-        pages = PageSpool(self.answer_memory, self.config.answer_disk_mb * 2**20)
+        pages = PageSpool(self.answer_memory, self.answer_disk.answer_bytes, self.answer_disk)
         failed: list[PageOutcome] = []
         outcomes = self.pages_in_order(plan, lambda: plan.partial or not failed,
                                        document=document, client_gone=client_gone)

@@ -20,6 +20,7 @@ from PIL import Image
 from loadtest import procstats
 from samples import documents
 from scripts.fleet import free_port, gateway_process, stop_all, worker_process
+from tests.hostile_pdfs import glyph_lines_pdf, surrogate_pdf
 
 pytestmark = pytest.mark.slow  # starts servers: scheduled first (tests/conftest.py)
 
@@ -98,6 +99,9 @@ FUZZ = {
     "a page tree 3000 levels deep": deep_pdf(3000),
     "a content stream that inflates to 256 MB": bomb_pdf(256),
     "5000 one-pixel frames": tiff_of([Image.new("1", (1, 1), 1)] * 5000),
+    # read from its text layer: 40,000 one-glyph lines (OCR'd instead), a lone surrogate
+    "40000 one-glyph lines": (glyph_lines_pdf(40_000), {"textLayer": "auto"}),
+    "a glyph whose ToUnicode is U+D800": (surrogate_pdf(), {"textLayer": "auto"}),
     "frames of mixed sizes, one of 12000 x 12000": tiff_of(
         [Image.new("1", (120, 60), 1), Image.new("1", (12000, 12000), 1),
          Image.new("1", (60, 120), 1)]),

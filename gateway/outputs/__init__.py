@@ -7,7 +7,6 @@ pages in order (`Answer`). Errors are JSON envelopes whatever was asked for."""
 
 from __future__ import annotations
 
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, MutableMapping
@@ -22,6 +21,7 @@ from services.ocr_api.errors import ApiError
 from ..assemble import PageOutcome
 from . import alto, hocr, paddlex
 from .sandbox import PdfBuilder
+from .spool import UNBOUNDED, DiskBudget, MeteredSpool
 
 JSON = "application/json"
 NDJSON = "application/x-ndjson"
@@ -80,9 +80,12 @@ class Answer:
     num_pages: int
 
 
-def respond(fmt: str, answer: Answer, fonts: tuple[str, ...], builder: PdfBuilder) -> Response:
+def respond(fmt: str, answer: Answer, fonts: tuple[str, ...], builder: PdfBuilder,
+            disk: DiskBudget = UNBOUNDED) -> Response:
     """The whole document in `fmt` (anything but NDJSON, which its caller streams); the
-    searchable PDF is built by `builder`, in a process of its own (sandbox.py)."""
+    searchable PDF is built by `builder`, in a process of its own (sandbox.py). A ZIP is
+    written whole before its first byte is sent, into a file whose disk comes out of the
+    process's `disk` budget: any error it meets is a JSON answer, not a cut-off 200."""
     headers = {protocol.PAGES: str(answer.num_pages)}  # pages OCR'd, for clients' progress
     if fmt == JSON:
         return Response(paddlex.envelope_chunks(answer.log_id, answer.pages(),
@@ -97,16 +100,22 @@ def respond(fmt: str, answer: Answer, fonts: tuple[str, ...], builder: PdfBuilde
     if fmt == HOCR:
         return Response(hocr.hocr_chunks(answer.pages(), answer.num_pages), mimetype=HOCR,
                         content_type=f"{HOCR}; charset=utf-8", headers=headers)
+    if fmt == ZIP:
+        disk.check(ZIP_MEMORY_BYTES)  # before the PDF is built
     pdf = builder.build(answer.file_bytes(), answer.kind,
                         [paddlex.page_layout(page) for page in answer.pages()], fonts)
     if fmt == PDF:
         return Response(pdf, mimetype=PDF, headers=headers)
-    return Response(_zip_chunks(answer, pdf), mimetype=ZIP, headers=headers)
+    archive = _zip_file(answer, pdf, disk)
+    response = Response(_chunks(archive), mimetype=ZIP, headers=headers)
+    response.call_on_close(archive.close)
+    return response
 
 
-def _zip_chunks(answer: Answer, pdf: bytes) -> Iterator[bytes]:
+def _zip_file(answer: Answer, pdf: bytes, disk: DiskBudget) -> MeteredSpool:
     """The ZIP, each member written a chunk at a time into a spooled file (memory up to a
-    few MB, then disk), then sent from it: its size never sits in the gateway's memory."""
+    few MB, then disk, at most `disk.answer_bytes`), rewound: its size never sits in the
+    gateway's memory."""
     members = {
         ZIP_MEMBERS[JSON]: paddlex.envelope_chunks(answer.log_id, answer.pages(),
                                                    answer.page_range_given),
@@ -114,7 +123,7 @@ def _zip_chunks(answer: Answer, pdf: bytes) -> Iterator[bytes]:
         ZIP_MEMBERS[ALTO]: alto.alto_chunks(answer.pages()),
         ZIP_MEMBERS[HOCR]: hocr.hocr_chunks(answer.pages(), answer.num_pages),
     }
-    spooled = tempfile.SpooledTemporaryFile(max_size=ZIP_MEMORY_BYTES, prefix="ocrfleet-zip-")
+    spooled = MeteredSpool(ZIP_MEMORY_BYTES, disk.answer_bytes, disk, "ocrfleet-zip-")
     try:
         with zipfile.ZipFile(spooled, "w") as archive:
             for name, chunks in members.items():
@@ -125,7 +134,12 @@ def _zip_chunks(answer: Answer, pdf: bytes) -> Iterator[bytes]:
                         out.write(chunk)
             archive.writestr(zipfile.ZipInfo(ZIP_MEMBERS[PDF], ZIP_DATE), pdf)
         spooled.seek(0)
-        while chunk := spooled.read(1 << 20):
-            yield chunk
-    finally:
+    except BaseException:
         spooled.close()
+        raise
+    return spooled
+
+
+def _chunks(spooled: MeteredSpool) -> Iterator[bytes]:
+    while chunk := spooled.read(1 << 20):
+        yield chunk

@@ -9,6 +9,7 @@ import json
 from dataclasses import replace
 from typing import Any, Iterable, Iterator
 
+from services.documents.unicode import utf8
 from services.ocr_api import envelope
 
 from ..assemble import PageOutcome
@@ -82,7 +83,7 @@ def stream_summary_line(log_id: str, pages: list[PageOutcome],
 
 
 def _dumps(value: Any) -> bytes:
-    return json.dumps(value, ensure_ascii=False).encode()
+    return utf8(json.dumps(value, ensure_ascii=False))
 
 
 def line(obj: dict[str, Any]) -> bytes:
@@ -124,7 +125,7 @@ def page_text(page: PageOutcome) -> str:
 def text_chunks(pages: Iterable[PageOutcome]) -> Iterator[bytes]:
     """The document's text, a page at a time, pages separated by form feeds."""
     for number, page in enumerate(pages):
-        yield (b"\f" if number else b"") + page_text(page).encode()
+        yield (b"\f" if number else b"") + utf8(page_text(page))
 
 
 def page_layout(page: PageOutcome) -> layout.PageText:

@@ -4,14 +4,19 @@ few MB, then in a temporary file, so that a 300-page answer with visualization i
 it arrives and read back once per pass over the answer (a ZIP reads them twice); only each
 page's small part (index, size, error) stays in memory, for failures and dataInfo.
 
-The disk it may use is bounded too: past `max_disk_bytes` the answer is refused with a 413
-that says how to ask for less (visualize off, or NDJSON, which holds nothing)."""
+The disk it may use is bounded twice: past `max_disk_bytes` one answer is refused with a 413
+that says how to ask for less (visualize off, or NDJSON, which holds nothing); and every
+spooled file of the gateway process (these pages, a ZIP being written) takes its bytes on
+disk from one DiskBudget, so that the answers in flight together cannot fill the pod's
+temporary disk (and get it evicted with every request in it): past it, 503 and Retry-After,
+and a new answer is refused before any work while the budget is taken."""
 
 from __future__ import annotations
 
 import pickle
 import struct
 import tempfile
+import threading
 from dataclasses import replace
 from typing import Iterator
 
@@ -20,22 +25,89 @@ from services.ocr_api.errors import ApiError
 from ..assemble import PageOutcome
 
 _LENGTH = struct.Struct("<Q")
+RETRY_AFTER_S = 5  # a spooled answer is gone within seconds of being written
+
+
+class DiskBudget:
+    """The bytes all answers of one gateway process may hold on temporary disk at once
+    (GATEWAY_TEMP_DISK_MB), and one answer (GATEWAY_ANSWER_DISK_MB); None: no bound."""
+
+    def __init__(self, limit_bytes: int | None, answer_bytes: int | None = None):
+        self.limit = limit_bytes
+        self.answer_bytes = answer_bytes if answer_bytes is not None else limit_bytes
+        self._used = 0
+        self._lock = threading.Lock()
+
+    @property
+    def used(self) -> int:
+        return self._used
+
+    def check(self, room: int) -> None:
+        """Before an answer's work: 503 when less than `room` (what an answer writes when it
+        first goes to disk) is left."""
+        if self.limit is not None and self._used + room > self.limit:
+            raise self._taken()
+
+    def take(self, size: int) -> None:
+        with self._lock:
+            if self.limit is not None and self._used + size > self.limit:
+                raise self._taken()
+            self._used += size
+
+    def give(self, size: int) -> None:
+        with self._lock:
+            self._used -= size
+
+    def _taken(self) -> ApiError:
+        return ApiError(503, f"This gateway's temporary disk for answers "
+                             f"({self.limit // 2**20} MB) is taken by the answers in flight: "
+                             f"retry shortly, or ask for NDJSON (application/x-ndjson), which "
+                             "holds nothing", {"Retry-After": str(RETRY_AFTER_S)})
+
+
+UNBOUNDED = DiskBudget(None)
+
+
+class MeteredSpool(tempfile.SpooledTemporaryFile):
+    """A spooled temporary file (memory up to `memory_bytes`, then disk) whose size on disk
+    is taken from `budget` as it grows (503 past it) and given back when it is closed; 413
+    past `max_bytes`."""
+
+    def __init__(self, memory_bytes: int, max_bytes: int | None, budget: DiskBudget,
+                 prefix: str):
+        super().__init__(max_size=memory_bytes, prefix=prefix)
+        self._memory_bytes, self._max_bytes, self._budget = memory_bytes, max_bytes, budget
+        self._taken = 0
+
+    def write(self, data) -> int:
+        end = self.tell() + len(data)
+        if self._max_bytes is not None and end > self._max_bytes:
+            raise ApiError(413, f"The answer is larger than this gateway holds for one "
+                                f"request ({self._max_bytes // 2**20} MB): ask without "
+                                "visualize, or for NDJSON (application/x-ndjson), which "
+                                "holds nothing")
+        if end > self._memory_bytes and end > self._taken:  # on disk: all of it
+            self._budget.take(end - self._taken)
+            self._taken = end
+        return super().write(data)
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            taken, self._taken = self._taken, 0
+            if taken:
+                self._budget.give(taken)
 
 
 class PageSpool:
-    def __init__(self, memory_bytes: int, max_disk_bytes: int):
-        self._file = tempfile.SpooledTemporaryFile(max_size=memory_bytes,
-                                                   prefix="ocrfleet-answer-")
-        self._max_bytes = max_disk_bytes
+    def __init__(self, memory_bytes: int, max_disk_bytes: int, budget: DiskBudget = UNBOUNDED):
+        self._file = MeteredSpool(memory_bytes, max_disk_bytes, budget, "ocrfleet-answer-")
         self.light: list[PageOutcome] = []  # each page without its result
 
     def append(self, page: PageOutcome) -> None:
         data = pickle.dumps(page, protocol=pickle.HIGHEST_PROTOCOL)
         self._file.seek(0, 2)
-        if self._file.tell() + len(data) > self._max_bytes:
-            raise ApiError(413, f"The answer is larger than this gateway holds for one request "
-                                f"({self._max_bytes // 2**20} MB): ask without visualize, "
-                                "or for NDJSON (application/x-ndjson), which holds nothing")
         self._file.write(_LENGTH.pack(len(data)) + data)
         self.light.append(replace(page, ocr_result=None))
 

@@ -165,6 +165,15 @@ LINE_GAP = 1.0
 # text detection draws it (measured against PP-OCR's boxes on the same pages: tests/
 # test_text_layer.py)
 LINE_PAD = 0.25
+# A page whose text layer is larger than this is OCR'd instead (its mark is "unused"): pdfium's
+# characters (generated spaces and line breaks included), then lines. A dense born-digital
+# page (small print, a large table) is a few thousand lines; a page of tens of thousands of
+# one-glyph lines is no text a reader sees, and reading it costs the worker's one pdfium lock.
+MAX_LAYER_CHARS = 50_000
+MAX_LAYER_LINES = 5_000
+# PaddleOCR's reading order, replayed exactly (an insertion sort) for runs of rows closer than
+# its row threshold of at most this many lines; a longer run is cut into rows instead
+EXACT_RUN = 64
 LIGATURES = str.maketrans({"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb03": "ffi",
                            "\ufb04": "ffl", "\ufb05": "st", "\ufb06": "st"})
 Point = tuple[float, float]
@@ -185,12 +194,27 @@ class LayerLine:
 @dataclass(frozen=True)
 class TextLayer:
     """What a page's own text layer holds: its visible lines, and counts of its characters
-    (not spaces): seen, hidden (render mode 3 or 7), without a usable Unicode value."""
+    (not spaces): seen, hidden (render mode 3 or 7), without a usable Unicode value. `dense`:
+    the layer is over MAX_LAYER_CHARS (then `visible` is pdfium's count of characters) or
+    MAX_LAYER_LINES, so its lines were not read (none): the page is OCR'd."""
 
     lines: list[LayerLine]
     visible: int
     hidden: int
     unmapped: int
+    dense: bool = False
+
+
+@dataclass(frozen=True)
+class PageChars:
+    """A page's characters as pdfium gives them (read_page_chars), before they are made into
+    lines (text_layer), which needs no pdfium and so no lock."""
+
+    chars: list[_Char | None]
+    hidden: int
+    unmapped: int
+    to_px: tuple[float, float, float, float, float, float]
+    dense: int = 0  # over MAX_LAYER_CHARS: how many pdfium counted (none is read)
 
 
 @dataclass
@@ -215,30 +239,96 @@ def text_annotations(page: pdfium.PdfPage) -> int:
 
 
 def read_text_layer(page: pdfium.PdfPage, width_px: int, height_px: int) -> TextLayer:
-    """The page's own text (pdfium's characters) grouped into lines, in pixels of the page
-    rendered `width_px` x `height_px` (crop box, /Rotate and all, as page.render draws it).
-    Characters are taken in content order; a line ends at pdfium's line breaks, at a change
-    of direction, where the next character is not beside the last one (their font boxes,
-    ascent to descent, overlap less than half) or is LINE_GAP line heights away. A line's
-    box is its glyphs' ink padded by LINE_PAD em; lines come in PaddleOCR's order. Hidden
-    characters and those without Unicode are counted, not read; characters outside the
-    visible page are left out. The caller holds PDFIUM_LOCK."""
+    """The page's own text grouped into lines (read_page_chars, then text_layer). The caller
+    holds PDFIUM_LOCK."""
+    return text_layer(read_page_chars(page, width_px, height_px))
+
+
+def read_page_chars(page: pdfium.PdfPage, width_px: int, height_px: int) -> PageChars:
+    """The page's own text (pdfium's characters), in pixels of the page rendered `width_px` x
+    `height_px` (crop box, /Rotate and all, as page.render draws it), in content order.
+    Hidden characters and those without Unicode (lone surrogates included) are counted, not
+    read; characters outside the visible page are left out. Over MAX_LAYER_CHARS none is
+    read (`dense`). The caller holds PDFIUM_LOCK."""
     to_px = _device_matrix(page, width_px, height_px)
     textpage = page.get_textpage()
     try:
+        count = pdfium_c.FPDFText_CountChars(textpage.raw)
+        if count > MAX_LAYER_CHARS:
+            return PageChars([], 0, 0, to_px, dense=count)
         chars, hidden, unmapped = _chars(textpage.raw, to_px, width_px, height_px)
     finally:
         textpage.close()
+    return PageChars(chars, hidden, unmapped, to_px)
+
+
+def text_layer(page: PageChars) -> TextLayer:
+    """A page's characters as lines. A line ends at pdfium's line breaks, at a change of
+    direction, where the next character is not beside the last one (their font boxes,
+    ascent to descent, overlap less than half) or is LINE_GAP line heights away. A line's box
+    is its glyphs' ink padded by LINE_PAD em; lines come in PaddleOCR's order. A dense page
+    (over MAX_LAYER_CHARS characters or MAX_LAYER_LINES lines) has no lines: it is OCR'd.
+    Linear in the characters, but for the ordering (n log n); no pdfium call."""
+    if page.dense:
+        return TextLayer([], page.dense, 0, 0, dense=True)
+    chars = page.chars
     visible = sum(1 for char in chars if char is not None and not char.text.isspace())
-    lines = [line for run in _group(chars) if (line := _line(run, to_px)) is not None]
-    return TextLayer(reading_order(lines), visible, hidden, unmapped)
+    runs = [run for run in _group(chars) if run]
+    if len(runs) > MAX_LAYER_LINES:
+        return TextLayer([], visible, page.hidden, page.unmapped, dense=True)
+    lines = [line for run in runs if (line := _line(run, page.to_px)) is not None]
+    return TextLayer(reading_order(lines), visible, page.hidden, page.unmapped)
 
 
 def reading_order(lines: list[LayerLine], same_row_px: float = 10.0) -> list[LayerLine]:
-    """Lines in the order PaddleOCR gives detected boxes (its sorted_boxes): by the top-left
-    corner, top to bottom, then left to right among corners less than `same_row_px` apart
-    vertically."""
+    """Lines in the order PaddleOCR gives detected boxes (its sorted_boxes): sorted by the
+    top-left corner, top to bottom, then each moved left past the ones before it whose corner
+    is less than `same_row_px` apart vertically and further right (an insertion sort, which
+    is quadratic). In O(n log n) here, with the same result: a line never moves past a gap of
+    `same_row_px` between consecutive corners, so the runs between such gaps are ordered each
+    on its own; a run whose corners all lie within `same_row_px` is one row, read left to
+    right; a run of rows each closer than that to the next is replayed as PaddleOCR sorts it
+    up to EXACT_RUN lines, and cut into rows (rows_of) beyond."""
     ordered = sorted(lines, key=lambda line: (line.poly[0][1], line.poly[0][0]))
+    result: list[LayerLine] = []
+    for run in _runs(ordered, same_row_px):
+        if run[-1].poly[0][1] - run[0].poly[0][1] < same_row_px:
+            result.extend(sorted(run, key=lambda line: line.poly[0][0]))
+        elif len(run) <= EXACT_RUN:
+            result.extend(_insertion_order(run, same_row_px))
+        else:
+            for row in rows_of(run, same_row_px):
+                result.extend(sorted(row, key=lambda line: line.poly[0][0]))
+    return result
+
+
+def _runs(ordered: list[LayerLine], same_row_px: float) -> list[list[LayerLine]]:
+    """Lines sorted top to bottom, cut where a corner is `same_row_px` or more below the
+    previous one."""
+    runs: list[list[LayerLine]] = []
+    for line in ordered:
+        if runs and line.poly[0][1] - runs[-1][-1].poly[0][1] < same_row_px:
+            runs[-1].append(line)
+        else:
+            runs.append([line])
+    return runs
+
+
+def rows_of(run: list[LayerLine], same_row_px: float) -> list[list[LayerLine]]:
+    """A run sorted top to bottom as rows: a row ends where a corner is `same_row_px` or more
+    below the row's first."""
+    rows: list[list[LayerLine]] = []
+    for line in run:
+        if rows and line.poly[0][1] - rows[-1][0].poly[0][1] < same_row_px:
+            rows[-1].append(line)
+        else:
+            rows.append([line])
+    return rows
+
+
+def _insertion_order(run: list[LayerLine], same_row_px: float) -> list[LayerLine]:
+    """PaddleOCR's sorted_boxes on a run sorted top to bottom (at most EXACT_RUN lines)."""
+    ordered = list(run)
     for i in range(len(ordered) - 1):
         for j in range(i, -1, -1):
             (ax, ay), (bx, by) = ordered[j].poly[0], ordered[j + 1].poly[0]
@@ -294,7 +384,7 @@ def _chars(raw, to_px, width_px: int, height_px: int
         if code in (0x0A, 0x0D):
             chars.append(None)
             continue
-        text = chr(code) if 0 < code < 0x110000 else "\ufffd"
+        text = chr(code) if 0 < code < 0x110000 and not 0xD800 <= code <= 0xDFFF else "\ufffd"
         if text.isspace():
             chars.append(_Char(" ", 0, (0.0, 0.0, 0.0, 0.0), (0.0, 0.0, 0.0, 0.0), 0.0))
             continue

@@ -23,8 +23,8 @@ from PIL import Image
 
 from services.documents.pages import select_pages
 from services.documents.pdf import (PDFIUM_LOCK, LayerLine, PlacedImage, TextLayer, open_pdf,
-                                    page_image_pixels, placed_images, read_text_layer,
-                                    text_annotations)
+                                    page_image_pixels, placed_images, read_page_chars,
+                                    text_annotations, text_layer)
 from services.documents.tiff import count_tiff_frames
 from services.ocr_api.errors import ApiError, excerpt, unprocessable
 from services.ocr_api.request import (TEXT_LAYER_AUTO, TEXT_LAYER_IGNORE, OcrRequest,
@@ -144,14 +144,15 @@ class PdfDocument(Document):
                 width_pt, height_pt = page.get_size()
                 scale = self._scales.get(index) or self._page_scale(page, index)
                 width, height = math.ceil(width_pt * scale), math.ceil(height_pt * scale)
-                layer = read_text_layer(page, width, height)
-                verdict = text_layer_verdict(layer, placed_images(page), text_annotations(page),
-                                             width_pt, height_pt)
+                chars = read_page_chars(page, width, height)
+                images, annotations = placed_images(page), text_annotations(page)
             except (ApiError, pdfium.PdfiumError):
                 return None  # reported when the page is rendered
             finally:
                 if page is not None:
                     page.close()
+        layer = text_layer(chars)  # lines and their order need no pdfium: not under its lock
+        verdict = text_layer_verdict(layer, images, annotations, width_pt, height_pt)
         if verdict is not None:
             self.text_layer_marks[position] = verdict
         if verdict != TEXT_LAYER_USED:

@@ -11,6 +11,7 @@ from typing import Any
 import cv2
 import numpy as np
 
+from services.documents.unicode import scrub
 from services.ocr_api import envelope
 
 from .engine import PageOutput
@@ -20,6 +21,10 @@ MAX_OUTPUT_IMAGE_SIZE = (2000, 2000)  # PaddleX serving's default (width, height
 
 
 def prune_result(obj: Any) -> Any:
+    """The result without PaddleX serving's pruned keys, and without lone surrogates in its
+    strings (services/documents/unicode.py)."""
+    if isinstance(obj, str):
+        return scrub(obj)
     if isinstance(obj, dict):
         return {key: prune_result(value) for key, value in obj.items()
                 if key not in _PRUNED_KEYS}
