@@ -83,6 +83,21 @@ class CacheConfig(Settings):
     # True: one scope for every API key (docs/cache.md)
     global_scope: bool = setting("GATEWAY_CACHE_GLOBAL_SCOPE", False)
     prefix: str = setting("GATEWAY_CACHE_PREFIX", "ocrfleet:cache:")
+    # the cache's own Redis (recommended: a full cache then never refuses a job); may hold a
+    # password: or from a file. Unset: the jobs' server (GATEWAY_REDIS_URL)
+    redis_url: str | None = setting("GATEWAY_CACHE_REDIS_URL", single=True,
+                                    file="GATEWAY_CACHE_REDIS_URL_FILE")
+    # the cache writes into a Redis server only below this share of its maxmemory
+    redis_max_fill: float = setting("GATEWAY_CACHE_REDIS_MAX_FILL", 0.8, 0.05, 1)
+    # a store call slower than this marks the store down: pages are read through meanwhile
+    timeout_s: float = setting("GATEWAY_CACHE_TIMEOUT_S", 0.5, 0.01, 10)
+
+    def validate(self) -> None:
+        super().validate()
+        if self.redis_url and not self.redis_url.startswith(("redis://", "rediss://",
+                                                             "unix://")):
+            raise ConfigError(f"GATEWAY_CACHE_REDIS_URL(_FILE): {shown_url(self.redis_url)}; "
+                              "expected redis://host:port/db, rediss:// (TLS) or unix:///path")
 
 
 @dataclass(frozen=True)

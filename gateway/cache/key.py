@@ -7,8 +7,8 @@ or the whole file), with one exception: a PDF chunk that pdfium wrote carries a 
 trailer /ID and an /Info dictionary with the time it was written, and its objects are
 numbered in the order the source file numbered them, so the same page cut twice, or cut
 from another file, is never the same bytes (measured: docs/cache.md). Its digest is
-therefore taken over its object graph from /Root: each object's text with every reference
-replaced by the digest of the object it names (a Merkle hash), stream data as it is stored.
+therefore taken over its object graph from /Root: each object once, its text with every
+reference replaced by the target's place in a walk from /Root, stream data as it is stored.
 /Info and /ID are not reachable from /Root and do not change what a replica renders; every
 byte that does (content streams, resources, fonts, images, boxes, rotation) is in the graph."""
 
@@ -20,7 +20,7 @@ import math
 import re
 from typing import Any
 
-VERSION = b"ocrfleet-page-cache-1"
+VERSION = b"ocrfleet-page-cache-2"
 
 # Request fields that never change a page's result: where it goes, how it is named or
 # split, whether partial results are wanted. Everything else the worker reads is in the key.
@@ -48,9 +48,11 @@ def pdf_chunk_digest(data: bytes) -> str:
         root = _ROOT.search(data, trailer if trailer >= 0 else 0)
         if not objects or root is None:
             raise ValueError("no objects or no /Root")
-        digest = _Merkle(objects).digest((int(root.group(1)), int(root.group(2))))
-        return "pdfgraph:" + digest
-    except (ValueError, RecursionError):
+        root_ref = (int(root.group(1)), int(root.group(2)))
+        if root_ref not in objects:
+            raise ValueError("no /Root object")
+        return "pdfgraph:" + _graph_digest(objects, root_ref)
+    except ValueError:
         return "bytes:" + sha256(data)
 
 
@@ -105,53 +107,33 @@ def _objects(data: bytes) -> dict[tuple[int, int], tuple[bytes, bytes]]:
         position = end + len(b"endobj")
 
 
-class _Merkle:
-    """Digests of objects over references. A reference back to an object still being
-    digested (a page's /Parent, an annotation's /P) is named by how far up it points; a
-    digest that names nothing above its own object is the same wherever it is reached and is
-    remembered, so shared fonts and images are digested once. A graph that needs more than
-    MAX_VISITS steps is read as plain bytes instead."""
-
-    MAX_VISITS = 20000
-
-    def __init__(self, objects):
-        self.objects = objects
-        self.done: dict[tuple[int, int], str] = {}
-        self.open: list[tuple[int, int]] = []
-        self.visits = 0
-
-    def digest(self, ref: tuple[int, int]) -> str:
-        return self._digest(ref)[0]
-
-    def _digest(self, ref: tuple[int, int]) -> tuple[str, int]:
-        """(digest, the depth of the highest open object it names; len(open) when none)."""
-        depth = len(self.open)
-        if ref in self.done:
-            return self.done[ref], depth
-        if ref in self.open:
-            at = self.open.index(ref)
-            return f"up{depth - at}", at
-        if ref not in self.objects:  # not in a file pdfium wrote: read it as bytes
-            raise ValueError("a reference to an object that is not there")
-        self.visits += 1
-        if self.visits > self.MAX_VISITS or depth > 200:
-            raise ValueError("an object graph too large to digest")
-        self.open.append(ref)
-        head, stream = self.objects[ref]
-        highest = depth
-
-        def child(match: re.Match) -> bytes:
-            nonlocal highest
-            value, named = self._digest((int(match.group(1)), int(match.group(2))))
-            highest = min(highest, named)
-            return b"<" + value.encode() + b">"
-
-        text = _REF.sub(child, head)
-        self.open.pop()
-        value = sha256(b"%d:" % len(text) + text + b"|" + hashlib.sha256(stream).digest())
-        if highest >= depth:  # names nothing above itself: the same wherever it is reached
-            self.done[ref] = value
-        return value, highest
+def _graph_digest(objects, root: tuple[int, int]) -> str:
+    """sha256 over the objects reachable from `root`, each once, in the order a walk from
+    the root first meets them (breadth first, references in the order they are written):
+    every reference is written as the target's place in that order, so the digest does not
+    depend on how the file numbers its objects, and an object reached from many places (a
+    page's /Parent, an annotation's /P, a shared font) is read once. The work is linear in
+    the chunk's bytes, whatever its references do."""
+    places = {root: 0}
+    order = [root]
+    digest = hashlib.sha256()
+    for ref in order:  # grows as new objects are met
+        head, stream = objects[ref]
+        position = 0
+        for match in _REF.finditer(head):
+            target = (int(match.group(1)), int(match.group(2)))
+            place = places.get(target)
+            if place is None:
+                if target not in objects:  # not in a file pdfium wrote: read it as bytes
+                    raise ValueError("a reference to an object that is not there")
+                place = places[target] = len(order)
+                order.append(target)
+            segment = head[position:match.start()]
+            digest.update(b"%d:" % len(segment) + segment + b"R%d;" % place)
+            position = match.end()
+        segment = head[position:]
+        digest.update(b"%d:" % len(segment) + segment + b"S" + hashlib.sha256(stream).digest())
+    return digest.hexdigest()
 
 
 def content_digest(data: bytes, kind: str) -> str:

@@ -8,13 +8,16 @@ chunk once it is cut (`lookup`), and the chunk's `Entry` then says what happens 
   `Waiters` thread watches the entry and calls back with the answer, or, when the claim is
   let go without one (that attempt failed) or lapses, or the document's deadline nears, with
   the page to send after all (one waiter takes the claim over; nobody waits forever);
-- send: read through (no engine identity known yet, a mixed fleet, `Cache-Control`).
+- send: read through (no engine identity known yet, a mixed fleet, `Cache-Control`, or the
+  store is down).
 
-Nothing here ever fails a page: a store that does not answer is a miss (and a metric).
+Nothing here ever fails or holds up a page: a store that fails or answers slowly is skipped
+until it answers again (gateway.cache.guard), and its pages are read through.
 Keys: gateway.cache.key. Storage: gateway.cache.store (SQLite), .redis_store (Redis)."""
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import secrets
@@ -26,6 +29,7 @@ from typing import Any, Callable
 
 from .. import metrics
 from . import key as keys
+from .guard import StoreGuard
 from .store import CacheStore
 
 log = logging.getLogger("gateway.cache")
@@ -33,6 +37,7 @@ log = logging.getLogger("gateway.cache")
 GLOBAL_SCOPE = "global"
 ONE_SCOPE = "gateway"  # no API keys: the whole gateway is one scope
 ENGINE_WINDOW_S = 60.0  # an engine identity seen this recently is still in the fleet
+STORE_TIMEOUT_S = 0.5  # a store call that takes longer marks the store down
 
 
 @dataclass(frozen=True)
@@ -68,39 +73,50 @@ def policy_for(client: str | None, cache_control: str | None, global_scope: bool
 
 class EngineView:
     """Which engine the fleet runs, as replicas say (`X-Ocr-Engine` on every /ocr and
-    /readyz answer): one identity when every replica heard from lately says the same, else
-    None (a rollout under way, or nothing heard yet): then nothing is read from the cache,
-    since the replica that would answer is not known. What is stored is always keyed by the
-    identity of the replica that answered."""
+    /readyz answer): one identity when every replica heard from in the last `window_s` says
+    the same, else None (a rollout under way, or nothing heard yet): then nothing is read
+    from the cache, since the replica that would answer is not known. What is stored is
+    always keyed by the identity of the replica that answered.
+
+    Replicas are probed every few seconds, so one not heard from for `window_s` has left
+    (a pod replaced in a rollout, its address gone from DNS) or is not ready: it and what it
+    said are forgotten, and the identities of the replicas there now decide alone."""
 
     def __init__(self, window_s: float = ENGINE_WINDOW_S, clock=time.monotonic):
         self.window_s = window_s
         self.clock = clock
         self._seen: dict[str, dict[str | None, float]] = {}
         self._lock = threading.Lock()
+        self._pruned = clock()
 
     def observe(self, url: str, identity: str | None) -> None:
+        now = self.clock()
         with self._lock:
-            self._seen.setdefault(url, {})[identity] = self.clock()
+            self._seen.setdefault(url, {})[identity] = now
+            if now - self._pruned >= 1.0:  # replicas that left, now and then (pod churn)
+                self._prune(now)
 
     def forget(self, url: str) -> None:
         with self._lock:
             self._seen.pop(url, None)
 
     def current(self) -> str | None:
-        now = self.clock()
         with self._lock:
-            identities = set()
-            for seen in self._seen.values():
-                latest = max(seen.values())
-                for identity, at in list(seen.items()):
-                    if at == latest or now - at < self.window_s:
-                        identities.add(identity)
-                    else:
-                        del seen[identity]
+            self._prune(self.clock())
+            identities = {identity for seen in self._seen.values() for identity in seen}
         if len(identities) == 1:
             return next(iter(identities))  # None when replicas do not say
         return None
+
+    def _prune(self, now: float) -> None:
+        """Forget what was said `window_s` ago or longer, and replicas with nothing newer."""
+        self._pruned = now
+        for url, seen in list(self._seen.items()):
+            for identity, at in list(seen.items()):
+                if now - at >= self.window_s:
+                    del seen[identity]
+            if not seen:
+                del self._seen[url]
 
 
 def encode(result: dict[str, Any]) -> bytes:
@@ -119,13 +135,23 @@ class PageCache:
     """The gateway process's cache: a store, the fleet's engine identity, the waiters."""
 
     def __init__(self, store: CacheStore, *, inflight_s: float = 120.0,
-                 global_scope: bool = False, poll_s: float = 0.05):
+                 global_scope: bool = False, poll_s: float = 0.05,
+                 timeout_s: float = STORE_TIMEOUT_S, engine_window_s: float = ENGINE_WINDOW_S):
         self.store = store
         self.inflight_s = inflight_s
         self.global_scope = global_scope
-        self.engines = EngineView()
+        self.engines = EngineView(engine_window_s)
+        self.guard = StoreGuard(store, timeout_s, back=self._let_go_held)
         self.waiters = Waiters(self, poll_s)
         self._puts = 0
+        # claims this process let go of while the store was down: let go once it is back
+        # (else pages others wait on stay claimed until the claims lapse, GATEWAY_CACHE_INFLIGHT_S)
+        self._held: collections.deque[tuple[str, str]] = collections.deque(maxlen=10_000)
+
+    @property
+    def available(self) -> bool:
+        """False while the store is known to be down (its calls are skipped)."""
+        return self.guard.up
 
     def policy(self, client: str | None, cache_control: str | None) -> Policy:
         return policy_for(client, cache_control, self.global_scope)
@@ -138,14 +164,9 @@ class PageCache:
             return None
         return DocumentCache(self, policy, api_params, visualize, sent_whole, page_range, kind)
 
-    # ---- the store, never failing a page ----------------------------------------------------
+    # ---- the store, never failing or holding up a page ---------------------------------------
     def _safely(self, what: str, call: Callable[[], Any], default: Any = None) -> Any:
-        try:
-            return call()
-        except Exception as exc:  # a store down or full: read through
-            metrics.CACHE_ERRORS.labels(what).inc()
-            log.warning("page cache %s failed: %s: %s", what, type(exc).__name__, exc)
-            return default
+        return self.guard.call(what, call, default)
 
     def get(self, key: str) -> dict[str, Any] | None:
         value = self._safely("get", lambda: self.store.get(key))
@@ -159,13 +180,20 @@ class PageCache:
             if self._puts % 32 == 1:  # what the store holds, now and then (a sum in SQLite)
                 metrics.CACHE_BYTES.set(self.size_bytes())
 
-    def claim(self, key: str, token: str) -> bool:
-        return self._safely("claim", lambda: self.store.claim(key, token, self.inflight_s),
-                            False)
+    def claim(self, key: str, token: str) -> bool | None:
+        """True: ours; False: somebody else's; None: the store did not say (read through)."""
+        return self._safely("claim", lambda: self.store.claim(key, token, self.inflight_s))
 
     def release(self, key: str, token: str) -> None:
-        self._safely("release", lambda: self.store.release(key, token))
+        if not self._safely("release", lambda: self.store.release(key, token) or True, False):
+            self._held.append((key, token))  # the store is down: once it is back
         self.waiters.kick()
+
+    def _let_go_held(self) -> None:
+        """The probe's thread, the store back: let go of the claims held meanwhile."""
+        while self._held:
+            key, token = self._held.popleft()
+            self.store.release(key, token)
 
     def claimed(self, key: str) -> bool:
         return self._safely("claimed", lambda: self.store.claimed(key), False)
@@ -175,6 +203,7 @@ class PageCache:
 
     def close(self) -> None:
         self.waiters.stop()
+        self.guard.close()
         self.store.close()
 
 
@@ -232,16 +261,22 @@ class Entry:
         if not policy.read or engine is None:
             metrics.CACHE_LOOKUPS.labels("bypass").inc()
             return
+        if not self.cache.available:
+            metrics.CACHE_LOOKUPS.labels("unavailable").inc()
+            return
         self.key = self.key_for(engine)
         self.result = self.cache.get(self.key)
         if self.result is not None:
             metrics.CACHE_LOOKUPS.labels("hit").inc()
             return
-        if self._claim():
+        claimed = self._claim()
+        if claimed is None:  # the store failed: the page is sent, nobody waits for it
+            metrics.CACHE_LOOKUPS.labels("unavailable").inc()
+        elif claimed:
             metrics.CACHE_LOOKUPS.labels("miss" if self.result is None else "hit").inc()
-            return
-        self.waiting = True  # the page is being read elsewhere: wait for it
-        metrics.CACHE_LOOKUPS.labels("dedup_wait").inc()
+        else:
+            self.waiting = True  # the page is being read elsewhere: wait for it
+            metrics.CACHE_LOOKUPS.labels("dedup_wait").inc()
 
     def wait(self, deadline: float, done: Callable[[], None]) -> None:
         """Watched by the waiters' thread until `result` is set (a hit) or the page is to be
@@ -258,12 +293,19 @@ class Entry:
             self.result = result
             metrics.CACHE_LOOKUPS.labels("dedup_hit").inc()
             return True
+        if not self.cache.available:  # nothing to wait on: sent after all
+            metrics.CACHE_TAKEOVERS.labels("unavailable").inc()
+            return True
         if self.cache.claimed(self.key):
             if now < self.give_up_at:
                 return False
             metrics.CACHE_TAKEOVERS.labels("deadline").inc()
             return True  # sent after all, unclaimed: the holder may still store it
-        if self._claim():  # the first attempt failed: we take over (or it was just stored)
+        claimed = self._claim()
+        if claimed is None:
+            metrics.CACHE_TAKEOVERS.labels("unavailable").inc()
+            return True
+        if claimed:  # the first attempt failed: we take over (or it was just stored)
             if self.result is None:
                 metrics.CACHE_TAKEOVERS.labels("released").inc()
             else:
@@ -271,13 +313,15 @@ class Entry:
             return True
         return now >= self.give_up_at  # another waiter took it over: wait for it
 
-    def _claim(self) -> bool:
-        """Claim the key; False when someone else holds it. A holder stores its answer and
-        then lets go, which can fall between our look and our claim: so we look once more,
-        and with the answer there, let go again and take it (`result`)."""
+    def _claim(self) -> bool | None:
+        """Claim the key; False when someone else holds it, None when the store did not say
+        (never read as somebody else's: nobody waits on a store that failed). A holder
+        stores its answer and then lets go, which can fall between our look and our claim:
+        so we look once more, and with the answer there, let go again and take it."""
         token = secrets.token_hex(8)
-        if not self.cache.claim(self.key, token):
-            return False
+        claimed = self.cache.claim(self.key, token)
+        if not claimed:
+            return claimed
         self.result = self.cache.get(self.key)
         if self.result is None:
             self.token = token
