@@ -93,15 +93,14 @@ def drain_unread_body(max_bytes: int) -> None:
     length = request.content_length
     if length is not None and length > max_bytes:
         return
-    stream = request.environ.get("wsgi.input")
     left = max_bytes
-    try:
+    try:  # werkzeug's stream: bounded by Content-Length (or the chunked body's end)
         while left > 0:
-            chunk = stream.read(min(64 * 1024, left)) if stream is not None else b""
+            chunk = request.stream.read(min(64 * 1024, left))
             if not chunk:
                 return
             left -= len(chunk)
-    except (OSError, ValueError):  # the client went away, or the stream is closed
+    except (OSError, ValueError, HTTPException):  # gone, closed, or over a limit
         return
 
 
