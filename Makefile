@@ -14,7 +14,7 @@ export PYTHONPATH := $(CURDIR)
 .PHONY: install system-deps models run worker test test-fast bench bench-scaling bench-overload \
 	bench-fleet \
 	bench-accuracy bench-cache bench-gateway-memory bench-paddlex loadtest k8s-validate screenshots lock audit container-deps \
-	images image-test image-smoke docs clean
+	images image-test image-smoke docs clean fuzz
 
 install: system-deps $(STAMP) $(MODELS_STAMP)
 
@@ -52,6 +52,13 @@ test: install
 test-fast: install
 	@bash scripts/install_system_deps.sh --require
 	$(PY) -m pytest -q -m "not engine" $(PYTEST_ARGS)
+
+# Schemathesis against a sim fleet, driven by /openapi.json (docs/openapi.md has its figures);
+# tests/test_schemathesis.py is the short run
+FUZZ_EXAMPLES ?= 300
+FUZZ_SEED ?= 1
+fuzz: install
+	$(PY) -m scripts.fuzz_api --examples $(FUZZ_EXAMPLES) --seed $(FUZZ_SEED)
 
 # requirements/{gateway,worker}.lock from pyproject.toml, pinned with hashes
 lock: $(STAMP)

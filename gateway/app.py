@@ -13,10 +13,11 @@ from flask import Flask, Response, g, request, stream_with_context
 
 from services.flask_common import create_service_app, outcome_of, read_ocr_fields
 from services.ocr_api import heap, tracing
+from services.ocr_api.openapi import register as register_openapi
 from services.ocr_api.headers import CACHED_PAGES, NUM_PAGES
 from services.ocr_api.logs import current_log_id
 
-from . import metrics, outputs, web
+from . import metrics, openapi, outputs, web
 from .auth import access_policy
 from .config import GatewayConfig
 from .jobs import install_jobs
@@ -108,6 +109,7 @@ def create_app(config: GatewayConfig | None = None, resolver=None, start: bool =
         return response
 
     install_jobs(app, config, service, start=start)
+    register_openapi(app, lambda built: openapi.build(built, config))  # GET /openapi.json
     if start:
         service.start()
     return app

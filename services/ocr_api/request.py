@@ -46,6 +46,11 @@ def _boolean(name: str, value: Any) -> bool:
     raise unprocessable(f"{name} must be true or false, got {excerpt(value)}")
 
 
+# each validator carries the JSON Schema of what it accepts: the OpenAPI document
+# (services/ocr_api/openapi.py) is built from these, so it cannot say other than the code
+_boolean.schema = {"type": "boolean"}  # type: ignore[attr-defined]
+
+
 def _number_between(low: float, high: float, *, low_open: bool = False, integer: bool = False):
     def check(name: str, value: Any):
         is_int = isinstance(value, int) and not isinstance(value, bool)
@@ -61,6 +66,8 @@ def _number_between(low: float, high: float, *, low_open: bool = False, integer:
             raise unprocessable(f"{name} must be in {bracket}{low}, {high}], "
                                 f"got {excerpt(value)}")
         return value
+    check.schema = {"type": "integer" if integer else "number",  # type: ignore[attr-defined]
+                    "exclusiveMinimum" if low_open else "minimum": low, "maximum": high}
     return check
 
 
@@ -70,6 +77,7 @@ def _one_of(*choices: str):
             raise unprocessable(f"{name} must be one of {', '.join(map(json.dumps, choices))}, "
                                 f"got {excerpt(value)}")
         return value
+    check.schema = {"type": "string", "enum": list(choices)}  # type: ignore[attr-defined]
     return check
 
 
