@@ -22,9 +22,9 @@ def figures(one: float, four: float, pdf: float, other: float = 0.0) -> dict:
 def summary(**overrides) -> dict:
     sides = {SETUPS[0]: figures(0.30, 0.30, 60), SETUPS[1]: figures(0.28, 0.33, 70),
              SETUPS[2]: figures(0.20, 0.36, 50), "ocrfleet": figures(0.45, 0.80, 20),
-             bench_paddlex.SERVING_ONLY: figures(0.32, 0.42, 40)}
+             bench_paddlex.ARENA_OFF: figures(0.32, 0.42, 40)}
     sides.update(overrides)
-    engines = {"ocrfleet": [], bench_paddlex.SERVING_ONLY: []}
+    engines = {"ocrfleet": [], bench_paddlex.ARENA_OFF: []}
     return bench_paddlex.summarise(sides, engines, 2, 16, CHOSEN)
 
 
@@ -34,7 +34,7 @@ def test_each_figure_is_compared_with_paddlexs_strongest_setup_for_it():
                                            "pdf": SETUPS[2]}
     assert result["ratio"]["ocrfleet"]["1 client"] == pytest.approx(0.45 / 0.30)
     assert result["ratio"]["ocrfleet"]["4 clients"] == pytest.approx(0.80 / 0.36)
-    assert result["ratio"][bench_paddlex.SERVING_ONLY]["pdf_latency"] == pytest.approx(40 / 50)
+    assert result["ratio"][bench_paddlex.ARENA_OFF]["pdf_latency"] == pytest.approx(40 / 50)
     assert result["publishable"]["ok"]
     assert "2.22x" in bench_paddlex.table(result, refuse=True)  # 0.80 / 0.36 pages/s, 4 clients
 

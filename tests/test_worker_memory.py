@@ -1,6 +1,6 @@
 """The worker's memory pieces without a server: the memory budget, the keeper that trims and
-watches the ceiling, the recycle protocol's master-side bookkeeping, and the engine options
-that switch onnxruntime's CPU arena off."""
+watches the ceiling, the recycle protocol's master-side bookkeeping, and onnxruntime's CPU
+arena: on, and shrunk after large inputs."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import os
 import signal
 import types
 
+import numpy as np
 import pytest
 
 from services.ocr_api.errors import ApiError
@@ -171,10 +172,38 @@ def test_a_replacement_that_cannot_load_offers_itself_instead(monkeypatch, tmp_p
 
 
 # ---- engine options --------------------------------------------------------------------------
-def test_the_cpu_arena_is_off_unless_asked_for():
-    assert onnxruntime_engine_config(WorkerConfig())["enable_cpu_mem_arena"] is False
-    on = onnxruntime_engine_config(WorkerConfig(ort_cpu_arena=True, threads=3))
+def test_the_cpu_arena_is_on_unless_switched_off():
+    on = onnxruntime_engine_config(WorkerConfig(threads=3))
     assert on["enable_cpu_mem_arena"] is True and on["intra_op_num_threads"] == 3
+    assert onnxruntime_engine_config(WorkerConfig(ort_cpu_arena=False))[
+        "enable_cpu_mem_arena"] is False
+
+
+class RecordingSession:
+    def __init__(self):
+        self.options = []
+
+    def run(self, output_names, feeds, run_options=None):
+        self.options.append(run_options)
+        return ["out"]
+
+    def get_inputs(self):
+        return ["x"]
+
+
+def test_the_arena_is_shrunk_after_a_large_input_only():
+    ort = pytest.importorskip("onnxruntime")
+    from services.ocr_worker.engine_tuning import ArenaShrink
+
+    inner = RecordingSession()
+    session = ArenaShrink(inner, min_values=1000)
+    assert session.run(None, {"x": np.zeros((1, 3, 10, 10))}) == ["out"]  # 300 values
+    session.run(None, {"x": np.zeros((1, 3, 20, 20))})  # 1,200
+    small, large = inner.options
+    assert small is None
+    assert isinstance(large, ort.RunOptions)
+    assert large.get_run_config_entry("memory.enable_memory_arena_shrinkage") == "cpu:0"
+    assert session.get_inputs() == ["x"]  # the rest is the session's own
 
 
 def test_the_paddlex_runner_accepts_our_engine_config():
@@ -182,7 +211,7 @@ def test_the_paddlex_runner_accepts_our_engine_config():
     from paddlex.inference.models.runners.onnxruntime_runner import ONNXRuntimeRunnerConfig
 
     config = ONNXRuntimeRunnerConfig.model_validate(onnxruntime_engine_config(WorkerConfig()))
-    assert config.enable_cpu_mem_arena is False
+    assert config.enable_cpu_mem_arena is True
 
 
 def test_the_detector_cap_reaches_the_pipeline():

@@ -56,7 +56,7 @@ class WorkerConfig(ServerSettings):
     engine: str = setting("OCR_ENGINE", "paddleocr", choices=ENGINES)
     backend: str = setting("OCR_BACKEND", "auto", choices=BACKENDS)
     ov_precision: str = setting("OCR_OV_PRECISION", "auto", choices=OV_PRECISIONS)
-    rec_batch_size: int = setting("OCR_REC_BATCH_SIZE", 6, 1, 64)
+    rec_batch_size: int = setting("OCR_REC_BATCH_SIZE", 2, 1, 64)
     device: str = setting("OCR_DEVICE", "cpu")
     model_size: str = setting("OCR_MODEL_SIZE", "tiny", choices=MODEL_SIZES)
     model_dir: str = setting("OCR_MODEL_DIR", str(REPO_ROOT / "models"))
@@ -87,7 +87,7 @@ class WorkerConfig(ServerSettings):
 
     # memory (docs/operations.md "Memory")
     page_window: int = setting("OCR_PAGE_WINDOW", 2, 1, 64)
-    ort_cpu_arena: bool = setting("OCR_ORT_CPU_ARENA", False)
+    ort_cpu_arena: bool = setting("OCR_ORT_CPU_ARENA", True)
     trim_min_pixels: int = setting("OCR_TRIM_MIN_PIXELS", 1_000_000, 0)
     det_max_side: int = setting("OCR_DET_MAX_SIDE", 4000, 320, 16384)
     memory_budget_mb: int = setting("OCR_MEMORY_BUDGET_MB", 1024, 0)

@@ -53,10 +53,11 @@ def configure_offline_environment(config: WorkerConfig) -> None:
 
 def onnxruntime_engine_config(config: WorkerConfig) -> dict[str, Any]:
     """PaddleX's `engine_config` for onnxruntime (its ONNXRuntimeRunnerConfig: these keys
-    become SessionOptions attributes). The CPU arena is off by default: with PaddleOCR's
-    dynamic input shapes it grows to the largest page seen and never shrinks (docs/operations.md
-    "Memory"); without it, freed activations go back to malloc, which the worker trims. On a
-    GPU the CUDA arena grows by what a page needs, not to the next power of two."""
+    become SessionOptions attributes). The CPU arena is on (OCR_ORT_CPU_ARENA), and shrunk
+    after each large input (engine_tuning.ArenaShrink): with PaddleOCR's dynamic input shapes
+    it would otherwise grow to the largest page seen and never shrink (docs/operations.md
+    "Memory"). On a GPU the CUDA arena grows by what a page needs, not to the next power of
+    two."""
     engine_config: dict[str, Any] = {"intra_op_num_threads": config.threads,
                                      "inter_op_num_threads": 1,
                                      "enable_cpu_mem_arena": config.ort_cpu_arena}
