@@ -91,6 +91,10 @@ def create_app(config: GatewayConfig | None = None, resolver=None, start: bool =
                 pages.close()
                 raise
             response.call_on_close(pages.close)
+            if response.is_streamed:  # create_service_app counts only whole answers
+                started = g.started
+                response.call_on_close(
+                    lambda: _record(response.status_code, time.monotonic() - started))
             if service.cache is not None:  # pages answered from the page cache
                 hits = document.cache.hits if document.cache is not None else 0
                 response.headers[CACHED_PAGES] = str(hits)

@@ -221,8 +221,12 @@ def test_real_servers_keys_token_and_metrics_ports(servers):
         refused = requests.post(f"{gateway_url}/ocr", json={"file": "QUJD"}, timeout=30,
                                 headers={"X-API-Key": key})
         assert refused.status_code == 422  # the key was accepted; the input was not
+    read = requests.post(f"{gateway_url}/ocr", json={"file": IMAGE, "visualize": False},
+                         headers={"X-API-Key": OLD}, timeout=30)
+    assert read.status_code == 200, read.text  # a streamed JSON answer: counted once sent
     metrics = requests.get(f"{servers['gateway_metrics']}/metrics", timeout=10)
-    assert metrics.status_code == 200 and "ocr_gateway_documents_total" in metrics.text
+    assert metrics.status_code == 200
+    assert 'ocr_gateway_documents_total{code="200",outcome="ok"} 1.0' in metrics.text
     assert requests.get(f"{gateway_url}/metrics", headers={"X-API-Key": OLD},
                         timeout=10).status_code == 404
     ready = requests.get(f"{gateway_url}/readyz", timeout=10)
