@@ -16,7 +16,7 @@ export PYTHONPATH := $(CURDIR)
 	bench-accuracy bench-cache bench-gateway-memory bench-paddlex loadtest k8s-validate screenshots lock audit container-deps \
 	images image-test image-smoke docs clean fuzz
 
-install: system-deps $(STAMP) $(MODELS_STAMP)
+install: system-deps $(STAMP) $(MODELS_STAMP) $(LAYOUT_STAMP)
 
 system-deps:
 	@bash scripts/install_system_deps.sh
@@ -27,10 +27,16 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[worker,openvino,dev]"
 	touch $@
 
-models: $(MODELS_STAMP)
+models: $(MODELS_STAMP) $(LAYOUT_STAMP)
 
 $(MODELS_STAMP): scripts/fetch_models.py | $(STAMP)
 	$(PY) scripts/fetch_models.py --dest models
+	touch $@
+
+# the layout and table models of POST /layout-parsing (scripts/fetch_layout_models.py)
+LAYOUT_STAMP := models/layout/.verified
+$(LAYOUT_STAMP): scripts/fetch_layout_models.py | $(STAMP)
+	$(PY) scripts/fetch_layout_models.py --dest models
 	touch $@
 
 run: install

@@ -59,6 +59,15 @@ def create_app(config: WorkerConfig | None = None, engine: Engine | None = None,
 
     @app.post("/ocr")
     def ocr():
+        return serve(layout=False)
+
+    @app.post("/layout-parsing")
+    def layout_parsing():
+        """PP-StructureV3's endpoint: the same stages, each page then parsed into regions,
+        tables and Markdown (services/ocr_worker/layout.py)."""
+        return serve(layout=True)
+
+    def serve(layout: bool):
         deadline_ms = parse_deadline_ms(request.headers.get(DEADLINE_HEADER))
         first = parse_priority(request.headers.get(PRIORITY))
         start_within_ms = parse_deadline_ms(request.headers.get(START_WITHIN_MS),
@@ -72,14 +81,15 @@ def create_app(config: WorkerConfig | None = None, engine: Engine | None = None,
                                                 start_within_ms=start_within_ms,
                                                 within_target=request.headers.get(
                                                     WITHIN_TARGET) == "1",
-                                                content_length=request.content_length))
+                                                content_length=request.content_length,
+                                                layout=layout))
 
     @app.after_request
     def _capacity_headers(response):
         """Every /ocr and /readyz answer, errors included, says how much room is left, and
         carries the fleet board (services/ocr_worker/capacity.py); the board it was sent is
         taken in only from the fleet (`from_the_fleet`)."""
-        if request.path in ("/ocr", "/readyz"):
+        if request.path in ("/ocr", "/layout-parsing", "/readyz"):
             capacity = service.capacity()
             response.headers.update(capacity_headers(capacity["slots"], capacity["free"],
                                                      service.admission.held))

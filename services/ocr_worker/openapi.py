@@ -9,6 +9,7 @@ from typing import Any
 
 from flask import Flask
 
+from services.layout import openapi as layout_openapi
 from services.ocr_api import headers as h
 from services.ocr_api import openapi as api
 
@@ -23,6 +24,7 @@ DESCRIPTION = ("One OCR worker: PaddleX serving's `POST /ocr` (the same body, fi
 
 def build(app: Flask, config: WorkerConfig) -> dict[str, Any]:
     paths = {"/ocr": {"post": ocr_operation(config)},
+             "/layout-parsing": {"post": layout_operation(config)},
              **api.probe_paths(readiness_fields(), ANSWER_HEADERS)}
     return api.document("ocrfleet worker", DESCRIPTION, paths, api_keys=bool(config.api_tokens),
                         schemas={})
@@ -44,6 +46,16 @@ def ocr_operation(config: WorkerConfig) -> dict[str, Any]:
             "503": busy,
         },
     }
+
+
+def layout_operation(config: WorkerConfig) -> dict[str, Any]:
+    """POST /layout-parsing: /ocr's stages and headers, PP-StructureV3's body and answer."""
+    busy = api.error_response(503, (h.STARTS_IN_MS, h.ENGINE), ANSWER_HEADERS)
+    return layout_openapi.layout_operation(
+        config.max_bytes, [*api.request_headers(), *flow_control_headers()],
+        api.response_headers(200, (h.ENGINE,), ANSWER_HEADERS),
+        {**{str(status): api.error_response(status, (h.ENGINE,), ANSWER_HEADERS)
+            for status in (400, 401, 413, 422, 500, 504)}, "503": busy})
 
 
 def flow_control_headers() -> list[dict[str, Any]]:

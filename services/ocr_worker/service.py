@@ -30,6 +30,7 @@ from .encode import TextLayerOutput, data_info, encode_page
 from .engine import Engine, create_engine
 from .identity import engine_identity
 from .memory import MIB, MemoryKeeper
+from .layout import LayoutStage
 
 log = logging.getLogger("ocr_worker")
 
@@ -53,6 +54,7 @@ class OcrService:
         self.limits = DecodeLimits(max_pages=config.max_pages, max_pixels=config.max_pixels,
                                    pdf_dpi=config.pdf_dpi,
                                    scan_dpi_max=config.pdf_scan_dpi_max)
+        self.layout = LayoutStage(config)  # POST /layout-parsing (services/layout/)
         self.fetch_url = (make_url_fetcher(config.max_bytes, config.url_timeout_s)
                           if config.allow_url_input else None)
         self.visualize_by_default = (config.visualize_default
@@ -94,10 +96,15 @@ class OcrService:
         return capacity_json(self.admission.capacity, self.admission.free)
 
     # ---- stages ------------------------------------------------------------------------------
-    def decode_request(self, fields: Mapping[str, Any], file_bytes: bytes | None) -> OcrRequest:
+    def decode_request(self, fields: Mapping[str, Any], file_bytes: bytes | None,
+                       layout: bool = False) -> OcrRequest:
+        """`layout`: a /layout-parsing request (its own fields validated too)."""
         started = time.monotonic()
+        options = self.layout.parse(fields) if layout else None
         ocr_request = parse_ocr_request(fields, max_bytes=self.config.max_bytes,
                                         file_bytes=file_bytes, fetch_url=self.fetch_url)
+        if options is not None:
+            self.layout.adopt(ocr_request, options)
         reason = self.engine.unsupported(ocr_request.pipeline_params,
                                          bool(ocr_request.visualize))
         if reason:
@@ -130,6 +137,8 @@ class OcrService:
         info = data_info(document.kind, sizes)
         if ocr_request.page_range is not None:
             info["pageIndices"] = document.page_indices
+        if self.layout.of(ocr_request) is not None:
+            return {"layoutParsingResults": results, "dataInfo": info}
         return {"ocrResults": results, "dataInfo": info}
 
     def _pages_cost(self, document: Document, ocr_request: OcrRequest) -> int:
@@ -146,6 +155,8 @@ class OcrService:
         Rendering stops at the deadline. A page read from its text layer (textLayer "auto")
         skips the queue: its result is there at once."""
         visualize = bool(ocr_request.visualize)
+        layout = self.layout.of(ocr_request)
+        keep_image = visualize or layout is not None
         word_boxes = bool(ocr_request.pipeline_params.get("return_word_box"))
         marks = document.text_layer_marks
         window: deque[tuple[int, Future, Any, str | None]] = deque()
@@ -156,7 +167,8 @@ class OcrService:
             while True:
                 while window and (len(window) >= self.config.page_window
                                   or window[0][1].done()):
-                    results.append(self._encode(*window.popleft(), visualize, deadline))
+                    results.append(self._encode(*window.popleft(), visualize, deadline,
+                                                layout))
                 self._check_deadline(deadline, len(sizes) + 1)
                 started = time.monotonic()
                 image = next(pages, None)
@@ -175,11 +187,11 @@ class OcrService:
                 future = self._submit(image, ocr_request.pipeline_params, deadline,
                                       len(sizes), first,
                                       start_within_ms if len(sizes) == 1 else None)
-                window.append((len(sizes) - 1, future, image if visualize else None,
+                window.append((len(sizes) - 1, future, image if keep_image else None,
                                marks.get(len(sizes) - 1)))
                 del image, future
             while window:
-                results.append(self._encode(*window.popleft(), visualize, deadline))
+                results.append(self._encode(*window.popleft(), visualize, deadline, layout))
         except BaseException as exc:
             for _, future, _, _ in window:
                 future.cancel()
@@ -214,7 +226,7 @@ class OcrService:
             raise self._deadline_error(deadline, page_number) from None
 
     def _encode(self, index: int, future: Future, input_image, text_layer: str | None,
-                visualize: bool, deadline: float) -> dict[str, Any]:
+                visualize: bool, deadline: float, layout=None) -> dict[str, Any]:
         try:
             output = future.result(timeout=max(0.0, deadline - time.monotonic()))
         except (FutureTimeout, DeadlineExceeded):
@@ -226,6 +238,11 @@ class OcrService:
             raise ApiError(500, f"OCR failed on page {index + 1}: {type(exc).__name__}") \
                 from None
         started = time.monotonic()
+        if layout is not None:  # /layout-parsing: regions, tables, Markdown (services/layout)
+            with tracing.span("layout", page=index + 1):
+                encoded = self.layout.page(input_image, output, layout, index + 1)
+            metrics.STAGE_SECONDS.labels("layout").observe(time.monotonic() - started)
+            return encoded
         with tracing.span("encode", page=index + 1):
             encoded = encode_page(output, input_image, visualize, text_layer)
         metrics.STAGE_SECONDS.labels("encode").observe(time.monotonic() - started)
@@ -235,7 +252,7 @@ class OcrService:
                log_id_hook: Callable[[str], None] = lambda _: None,
                deadline_ms: int | None = None, content_length: int | None = None,
                first: bool = False, start_within_ms: int | None = None,
-               within_target: bool = False) -> dict[str, Any]:
+               within_target: bool = False, layout: bool = False) -> dict[str, Any]:
         """The whole request: admission first (so an overloaded worker refuses before it even
         reads the body), then decode_request -> predict -> envelope. The deadline is the
         sooner of OCR_REQUEST_TIMEOUT_S and the caller's X-Deadline-Ms, from arrival;
@@ -258,7 +275,7 @@ class OcrService:
             try:
                 with tracing.span("decode"):
                     fields, file_bytes = read_fields()
-                    ocr_request = self.decode_request(fields, file_bytes)
+                    ocr_request = self.decode_request(fields, file_bytes, layout)
                 del fields, file_bytes  # the request keeps the decoded file only
                 reservation.grow_to(max(reservation.nbytes, 2 * len(ocr_request.file_bytes
                                                                      or b"")))

@@ -1,0 +1,142 @@
+"""OCR lines assigned to layout regions, lines no region holds gathered into text blocks, and
+the blocks put in reading order (columns left to right, top to bottom within each)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+Box = tuple[float, float, float, float]
+
+
+@dataclass
+class Line:
+    box: Box
+    text: str
+
+
+@dataclass
+class Block:
+    label: str
+    box: Box
+    lines: list[int] = field(default_factory=list)  # indexes into the page's lines
+    content: str = ""
+
+
+def overlap_share(inner: Box, outer: Box) -> float:
+    """How much of `inner`'s area lies inside `outer` (0-1)."""
+    w = min(inner[2], outer[2]) - max(inner[0], outer[0])
+    h = min(inner[3], outer[3]) - max(inner[1], outer[1])
+    area = max(1e-6, (inner[2] - inner[0]) * (inner[3] - inner[1]))
+    return max(0.0, w) * max(0.0, h) / area
+
+
+def union(boxes: list[Box]) -> Box:
+    return (min(b[0] for b in boxes), min(b[1] for b in boxes),
+            max(b[2] for b in boxes), max(b[3] for b in boxes))
+
+
+def assign_lines(blocks: list[Block], lines: list[Line], min_share: float = 0.5) -> list[int]:
+    """Each line goes to the block holding most of it (at least `min_share`); returns the
+    lines no block took."""
+    loose = []
+    for i, line in enumerate(lines):
+        shares = [overlap_share(line.box, block.box) for block in blocks]
+        best = max(range(len(blocks)), key=shares.__getitem__) if blocks else None
+        if best is not None and shares[best] >= min_share:
+            blocks[best].lines.append(i)
+        else:
+            loose.append(i)
+    return loose
+
+
+def group_loose_lines(loose: list[int], lines: list[Line], gap: float = 1.2) -> list[Block]:
+    """Lines no region holds, as text blocks: consecutive lines (top to bottom) that overlap
+    horizontally and lie within `gap` line heights of each other form one block."""
+    blocks: list[Block] = []
+    for i in sorted(loose, key=lambda i: (lines[i].box[1], lines[i].box[0])):
+        box = lines[i].box
+        height = box[3] - box[1]
+        for block in blocks:
+            b = block.box
+            if (min(b[2], box[2]) > max(b[0], box[0])
+                    and 0 <= box[1] - b[3] <= gap * height + 1e-6 or
+                    overlap_share(box, b) > 0.5):
+                block.lines.append(i)
+                block.box = union([b, box])
+                break
+        else:
+            blocks.append(Block("text", box, [i]))
+    return blocks
+
+
+def sort_lines(indexes: list[int], lines: list[Line]) -> list[int]:
+    """Top to bottom, and left to right within a row (lines whose vertical centres lie within
+    half a line height)."""
+    ordered = sorted(indexes, key=lambda i: (lines[i].box[1], lines[i].box[0]))
+    rows: list[list[int]] = []
+    for i in ordered:
+        box = lines[i].box
+        centre = (box[1] + box[3]) / 2
+        if rows:
+            last = lines[rows[-1][0]].box
+            if abs(centre - (last[1] + last[3]) / 2) < (last[3] - last[1]) / 2:
+                rows[-1].append(i)
+                continue
+        rows.append([i])
+    return [i for row in rows for i in sorted(row, key=lambda i: lines[i].box[0])]
+
+
+def reading_order(blocks: list[Block], page_width: float) -> list[Block]:
+    """XY-cut, simplified: blocks are cut into horizontal bands where nothing crosses a
+    vertical gap; within a band, into columns where nothing crosses a horizontal gap; each
+    piece is read top to bottom. Full-width blocks (titles, wide tables) separate bands."""
+    if len(blocks) <= 1:
+        return list(blocks)
+    return _cut(list(blocks), vertical_first=True)
+
+
+def _cut(blocks: list[Block], vertical_first: bool) -> list[Block]:
+    if len(blocks) <= 1:
+        return blocks
+    for axis in ((1, 0) if vertical_first else (0, 1)):
+        groups = _split(blocks, axis)
+        if len(groups) > 1:
+            return [b for group in groups for b in _cut(group, axis == 0)]
+    return sorted(blocks, key=lambda b: (b.box[1], b.box[0]))
+
+
+def _split(blocks: list[Block], axis: int) -> list[list[Block]]:
+    """Blocks in groups separated by gaps along `axis` (1: y, top to bottom; 0: x)."""
+    lo, hi = axis, axis + 2
+    ordered = sorted(blocks, key=lambda b: b.box[lo])
+    groups: list[list[Block]] = [[ordered[0]]]
+    reach = ordered[0].box[hi]
+    for block in ordered[1:]:
+        if block.box[lo] >= reach - 1:
+            groups.append([block])
+        else:
+            groups[-1].append(block)
+        reach = max(reach, block.box[hi])
+    return groups
+
+
+def split_paragraphs(block: Block, lines: list[Line], gap: float = 0.7) -> list[Block]:
+    """A text block whose rows are parted by a gap of more than `gap` line heights, as
+    several paragraphs (the layout model often gives adjacent paragraphs one region)."""
+    if block.label != "text" or len(block.lines) < 2:
+        return [block]
+    ordered = sort_lines(block.lines, lines)
+    heights = sorted(lines[i].box[3] - lines[i].box[1] for i in ordered)
+    typical = heights[len(heights) // 2]
+    parts: list[list[int]] = [[ordered[0]]]
+    bottom = lines[ordered[0]].box[3]
+    for i in ordered[1:]:
+        top = lines[i].box[1]
+        if top - bottom > gap * typical:
+            parts.append([])
+        parts[-1].append(i)
+        bottom = max(bottom, lines[i].box[3]) if top - bottom <= gap * typical \
+            else lines[i].box[3]
+    if len(parts) == 1:
+        return [block]
+    return [Block("text", union([lines[i].box for i in part]), part) for part in parts]

@@ -1,0 +1,189 @@
+"""POST /layout-parsing (issue 50): the pure pieces of services/layout/, the worker's answers
+against PaddleX's own pydantic models (PP-StructureV3's InferResult), and a generated page
+(title, two paragraphs, a ruled table) through the real engine."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from services.layout import markdown, order, regions, tables
+from services.layout.request import LayoutOptions, parse_layout_fields
+from services.ocr_api.errors import ApiError
+from services.ocr_worker.app import create_app
+from services.ocr_worker.config import WorkerConfig
+
+
+# ---- pure pieces ------------------------------------------------------------------------------
+def test_markdown_headings_tables_and_ignored_labels():
+    text = markdown.page_markdown([("header", "Page header"), ("doc_title", "Report"),
+                                   ("paragraph_title", "Part  one"), ("text", "Body."),
+                                   ("table", "<html><body><table><tr><td>a</td></tr></table>"
+                                             "</body></html>"), ("footer", "3")])
+    assert text.split("\n\n") == ["# Report", "## Part one", "Body.",
+                                  '<div style="text-align: center;"><table><tr><td>a</td></tr>'
+                                  "</table></div>"]
+    assert markdown.document_markdown(["# A", "B"]) == "# A\n\n---\n\nB\n"
+
+
+def test_lines_go_to_their_regions_and_the_rest_become_text_blocks():
+    lines = [order.Line((10, 10, 100, 20), "in"), order.Line((10, 500, 100, 510), "loose")]
+    blocks = [order.Block("text", (0, 0, 200, 50))]
+    loose = order.assign_lines(blocks, lines)
+    assert blocks[0].lines == [0] and loose == [1]
+    assert [b.lines for b in order.group_loose_lines(loose, lines)] == [[1]]
+
+
+def test_reading_order_reads_columns_left_to_right_under_a_full_width_title():
+    title = order.Block("paragraph_title", (0, 0, 1000, 40))
+    right = order.Block("text", (520, 60, 1000, 400))
+    left_top = order.Block("text", (0, 60, 480, 200))
+    left_bottom = order.Block("text", (0, 220, 480, 400))
+    ordered = order.reading_order([right, left_bottom, title, left_top], 1000)
+    assert ordered == [title, left_top, left_bottom, right]
+
+
+def test_paragraphs_apart_are_split():
+    lines = [order.Line((0, 0, 100, 10), "a"), order.Line((0, 12, 100, 22), "b"),
+             order.Line((0, 40, 100, 50), "c")]
+    parts = order.split_paragraphs(order.Block("text", (0, 0, 100, 50), [0, 1, 2]), lines)
+    assert [p.lines for p in parts] == [[0, 1], [2]]
+
+
+def test_table_cells_are_filled_from_the_lines_with_spans():
+    tokens = ["<tr>", "<td></td>", "<td", ' colspan="2"', ">", "</td>", "</tr>"]
+    cells = np.array([[0, 0, 50, 20], [50, 0, 150, 20]], dtype=float)
+    lines = [([55, 2, 140, 18], "wide & <b>"), ([2, 2, 45, 18], "x")]
+    html = tables.to_html(tokens, tables.match_lines(cells, lines), [t for _, t in lines])
+    assert html == ('<html><body><table><tr><td>x</td><td colspan="2">wide &amp; &lt;b&gt;'
+                    "</td></tr></table></body></html>")
+
+
+def test_layout_nms_keeps_the_best_of_overlapping_boxes():
+    boxes = np.array([[0, 0, 10, 10], [1, 1, 10, 10], [20, 20, 30, 30]], dtype=float)
+    assert regions.nms(boxes, np.array([0.9, 0.8, 0.7])) == [0, 2]
+
+
+@pytest.mark.parametrize("fields", [
+    {"useSealRecognition": True}, {"useFormulaRecognition": True},
+    {"useRegionDetection": True}, {"layoutNms": False}, {"layoutUnclipRatio": 1.5},
+    {"outputFormats": ["docx"]}, {"visualize": True}, {"textLayer": "auto"},
+    {"useE2eWiredTableRecModel": True}, {"layoutThreshold": 2},
+    {"layoutThreshold": {"12": 0.3}}, {"markdownIgnoreLabels": "header"},
+    {"useTableRecognition": "yes"},
+])
+def test_fields_this_fleet_cannot_honour_are_refused(fields):
+    with pytest.raises(ApiError) as refused:
+        parse_layout_fields(fields)
+    assert refused.value.status == 422
+    assert next(iter(fields)) in str(refused.value) or "layoutThreshold" in str(refused.value)
+
+
+def test_the_fields_that_apply_are_taken():
+    options, forward = parse_layout_fields({
+        "useTableRecognition": False, "layoutThreshold": {"4": 0.3}, "prettifyMarkdown": False,
+        "markdownIgnoreLabels": ["footer"], "useSealRecognition": False, "layoutNms": None,
+        "useTableOrientationClassify": True})
+    assert options == LayoutOptions(False, {4: 0.3}, ["footer"], False)
+    assert forward["layoutThreshold"] == {"4": 0.3}
+
+
+# ---- PaddleX's own models ---------------------------------------------------------------------
+PADDLEX_VALIDATE = r"""
+import importlib.util, json, sys, types
+from pathlib import Path
+root = Path(importlib.util.find_spec("paddlex").origin).parent
+for name in ("paddlex", "paddlex.inference", "paddlex.inference.serving"):
+    stub = types.ModuleType(name)
+    stub.__path__ = [str(root.joinpath(*name.split(".")[1:]))]
+    sys.modules[name] = stub
+from paddlex.inference.serving.schemas import pp_structurev3 as s
+from paddlex.inference.serving.infra import models
+for request, answer in json.load(sys.stdin):
+    s.InferRequest(**request)
+    models.AIStudioResultResponse[s.InferResult](**answer)
+print("ok")
+"""
+
+
+def paddlex_validates(pairs: list[tuple[dict, dict]]) -> None:
+    """Each (request, answer) through PaddleX's InferRequest and InferResult envelope."""
+    done = subprocess.run([sys.executable, "-c", PADDLEX_VALIDATE], input=json.dumps(pairs),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def sim_client():
+    """A worker on the sim engine (one fixed line per page) and the real layout models."""
+    app = create_app(WorkerConfig(engine="sim", sim_page_ms=1.0, warmup=False))
+    service = app.extensions["ocr_service"]
+    assert service.batcher.ready.wait(10)
+    yield app.test_client()
+    service.shutdown(5)
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+@pytest.mark.parametrize("body, status", [
+    ({}, 422), ({"file": "bm90IGEgZG9jdW1lbnQ="}, 422), ({"file": "x", "fileType": 7}, 422),
+    ({"file": "SUkq", "useChartRecognition": True}, 422),
+])
+def test_bad_inputs_are_json_4xx(sim_client, body, status):
+    response = sim_client.post("/layout-parsing", json=body)
+    assert response.status_code == status
+    answer = response.get_json()
+    assert answer["errorCode"] == status and answer["errorMsg"]
+    assert sim_client.post("/layout-parsing", data=b"{").status_code == 400
+
+
+def test_every_page_of_a_pdf_is_answered_in_paddlexs_shape(sim_client):
+    from samples.layout_pages import report_pdf
+
+    request = {"file": b64(report_pdf(2)), "fileType": 0, "useTableRecognition": True}
+    response = sim_client.post("/layout-parsing", json=request)
+    assert response.status_code == 200, response.data
+    answer = response.get_json()
+    pages = answer["result"]["layoutParsingResults"]
+    assert len(pages) == 2 and answer["result"]["dataInfo"]["numPages"] == 2
+    for page in pages:
+        blocks = page["prunedResult"]["parsing_res_list"]
+        assert {"table"} <= {b["block_label"] for b in blocks}
+        assert set(blocks[0]) == {"block_label", "block_content", "block_bbox", "block_id",
+                                  "block_order"}
+    paddlex_validates([(request, answer)])
+
+
+# ---- the real engine ----------------------------------------------------------------------------
+@pytest.mark.engine
+def test_a_report_page_comes_back_as_heading_paragraphs_and_table():
+    from samples import layout_pages
+
+    app = create_app(WorkerConfig(warmup=False))
+    service = app.extensions["ocr_service"]
+    try:
+        assert service.batcher.ready.wait(120)
+        request = {"file": b64(layout_pages.report_pdf(1)), "fileType": 0}
+        response = app.test_client().post("/layout-parsing", json=request)
+        assert response.status_code == 200, response.data
+        answer = response.get_json()
+    finally:
+        service.shutdown(5)
+    page = answer["result"]["layoutParsingResults"][0]
+    text = page["markdown"]["text"]
+    assert re.search(r"^#+ Quarterly Report$", text, re.M), text
+    first, second = (text.index(p.split(".")[0]) for p in layout_pages.PARAGRAPHS)
+    assert first < second < text.index("<table>"), text
+    table = text[text.index("<table>"):text.index("</table>")]
+    rows = re.findall(r"<tr>(.*?)</tr>", table)
+    cells = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in rows]
+    assert cells == layout_pages.TABLE, cells
+    paddlex_validates([(request, answer)])
