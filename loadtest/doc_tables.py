@@ -35,6 +35,8 @@ TABLES = [
     ("docs/benchmarks.md", "accuracy", "accuracy.json", bench_accuracy.settings_table),
     ("docs/operations.md", "memory-soak", "bench/memory.json", bench_memory.table),
     ("docs/operations.md", "memory-sources", "memory_sources.json", memory_sources.table),
+    ("docs/operations.md", "memory-sources-before", "memory_sources-before.json",
+     memory_sources.table),
 ]
 
 
