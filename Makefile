@@ -138,17 +138,21 @@ container-deps:
 images: install container-deps
 	$(PY) -m deploy.docker.images $(IMAGES_ARGS)
 
-# The images run as the manifests run them, then the CPU overlay played with `podman kube play`.
-image-test: images
-	OCRFLEET_CONTAINER_TESTS=1 $(PY) -m pytest -q -s -m containers \
-	  tests/test_images.py tests/test_kube_play.py $(PYTEST_ARGS)
+# The container tests (marker `containers`): the images run as the manifests run them, then the
+# CPU overlay played with `podman kube play`. One pytest process (-n 0): with pyproject's 4, the
+# two modules' containers would run at the same time, on the same cores.
+CONTAINER_TESTS = OCRFLEET_CONTAINER_TESTS=1 $(PY) -m pytest -q -s -n 0 -m containers \
+	tests/test_images.py tests/test_kube_play.py
 
-# CI's reduced form: the CPU worker and gateway images built (layer cache kept: a CI machine
-# is thrown away), a gateway and two workers started, documents read through them.
+image-test: images
+	$(CONTAINER_TESTS) $(PYTEST_ARGS)
+
+# CI's form: the CPU worker and gateway images built (layer cache kept: a CI machine is thrown
+# away), then every container test that runs on them: all but the GPU image's, which skips
+# saying so (tests/allowed_skips.txt allows that skip, and no other).
 image-smoke: install container-deps
 	$(PY) -m deploy.docker.images --image gateway --image worker-cpu --keep-cache $(IMAGES_ARGS)
-	OCRFLEET_CONTAINER_TESTS=1 $(PY) -m pytest -q -s -m containers tests/test_images.py \
-	  -k "documents_through_the_gateway or security_settings" $(PYTEST_ARGS)
+	$(CONTAINER_TESTS) $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) models bench/results .pytest_cache

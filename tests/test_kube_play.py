@@ -23,8 +23,9 @@ from scripts.fleet import free_port
 pytestmark = [
     pytest.mark.containers,
     pytest.mark.engine,
-    pytest.mark.skipif(not os.environ.get("OCRFLEET_CONTAINER_TESTS"),
-                       reason="container tests: `make image-test` runs them"),
+    pytest.mark.skipif(
+        not os.environ.get("OCRFLEET_CONTAINER_TESTS"),
+        reason="container tests: `make image-smoke` (CI) and `make image-test` run them"),
 ]
 
 

@@ -113,4 +113,20 @@ def test_missing_system_parts_are_not_allowed():
                    "cannot render the overlays: neither `kubectl` nor `kustomize` is on PATH",
                    "could not import 'paddlex': No module named 'paddlex'"):
         assert conftest.allowed_skip(reason) is None, reason
-    assert conftest.allowed_skip("container tests: `make image-test` runs them")
+    assert conftest.allowed_skip(
+        "container tests: `make image-smoke` (CI) and `make image-test` run them")
+
+
+def test_in_ci_only_the_gpu_images_container_test_may_skip():
+    """`make image-smoke` (CI) runs every container test on the two images it builds: the GPU
+    stand-in's is the one that may skip, and only for want of that image."""
+    from tests import test_images
+
+    assert test_images.GPU_STANDIN_IMAGE in test_images.GPU_STANDIN_SKIP
+    assert conftest.allowed_skip(test_images.GPU_STANDIN_SKIP)
+    for image in ("localhost/ocrfleet-worker-cpu:dev", "localhost/ocrfleet-gateway:dev"):
+        assert conftest.allowed_skip(test_images.GPU_STANDIN_SKIP.replace(
+            test_images.GPU_STANDIN_IMAGE, image)) is None, image
+    for reason in ("localhost/ocrfleet-worker-gpu:standin not built (make images builds it)",
+                   "container tests: `make image-test` runs them", "podman is not installed"):
+        assert conftest.allowed_skip(reason) is None, reason
