@@ -5,6 +5,8 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 MODELS_STAMP := models/.verified
+# (defined before the rules that name them: make expands a rule's prerequisites as it reads it)
+LAYOUT_STAMP := models/layout/.verified
 PORT ?= 8101
 # `make run WORKERS=N`: the fleet size (N worker servers of one process each; a worker's own
 # gunicorn process count is OCR_PROCESSES). RUN_ARGS: more flags, e.g. --gateway-port 9080.
@@ -34,7 +36,6 @@ $(MODELS_STAMP): scripts/fetch_models.py | $(STAMP)
 	touch $@
 
 # the layout and table models of POST /layout-parsing (scripts/fetch_layout_models.py)
-LAYOUT_STAMP := models/layout/.verified
 $(LAYOUT_STAMP): scripts/fetch_layout_models.py | $(STAMP)
 	$(PY) scripts/fetch_layout_models.py --dest models
 	touch $@
