@@ -20,6 +20,7 @@ from services.ocr_api.logs import current_log_id
 from . import metrics, openapi, outputs, web
 from .auth import access_policy
 from .config import GatewayConfig
+from .endpoint import LAYOUT, OCR, Endpoint
 from .jobs import install_jobs
 from .jobs.api import client_identity
 from .service import GatewayService
@@ -46,37 +47,46 @@ def create_app(config: GatewayConfig | None = None, resolver=None, start: bool =
 
     @app.post("/ocr")
     def ocr():
+        return serve(OCR, outputs.OFFERED)
+
+    @app.post("/layout-parsing")
+    def layout_parsing():
+        """PP-StructureV3's endpoint across the fleet: /ocr's path, the pages sent to the
+        workers' /layout-parsing; JSON, NDJSON or the document's Markdown."""
+        return serve(LAYOUT, outputs.LAYOUT_OFFERED)
+
+    def serve(endpoint: Endpoint, offered: tuple[str, ...]) -> Response:
         # the document's span: its trace's root, or under the caller's span (its traceparent)
         span = tracing.begin("document", parent=tracing.incoming(request.headers),
                              kind=tracing.SERVER)
         try:
             with tracing.active(span):
-                response = reserve_and_answer()
+                response = reserve_and_answer(endpoint, offered)
         except BaseException:
             span.end()
             raise
         response.call_on_close(span.end)  # once the answer (a stream too) has gone
         return response
 
-    def reserve_and_answer() -> Response:
-        output = outputs.negotiate(request.headers.get("Accept"))
+    def reserve_and_answer(endpoint: Endpoint, offered: tuple[str, ...]) -> Response:
+        output = outputs.negotiate(request.headers.get("Accept"), offered)
         if output != outputs.NDJSON:  # its pages (and a ZIP) spool to this process's disk
             service.check_answer_disk()
         # the request's room in the memory budget, taken before its body is read
         length = request.content_length
         ticket = service.reserve(length, request.mimetype != "multipart/form-data")
         try:
-            response = answer(output, ticket)
+            response = answer(output, ticket, endpoint)
         except BaseException:
             bytes_back(ticket, length)
             raise
         response.call_on_close(lambda: bytes_back(ticket, length))  # once the answer has gone
         return response
 
-    def answer(output: str, ticket) -> Response:
+    def answer(output: str, ticket, endpoint: Endpoint) -> Response:
         fields, file_bytes = read_ocr_fields()
         outputs.prepare_fields(output, fields)
-        plan = service.plan(fields, file_bytes)
+        plan = service.plan(fields, file_bytes, endpoint)
         current_log_id.set(plan.request.log_id)
         tracing.tag(log_id=plan.request.log_id, pages=plan.num_pages, kind=plan.kind)
         cache = service.cache_policy(client_identity(), request.headers.get("Cache-Control"))

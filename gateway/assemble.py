@@ -1,6 +1,6 @@
-"""Reading per-chunk worker answers into pages: each page's outcome (its `ocrResults` entry and
-size, or its error), checked against what was sent. Writing answers from pages is
-gateway/outputs/' business. Pure."""
+"""Reading per-chunk worker answers into pages: each page's outcome (its `ocrResults` entry, or
+its `layoutParsingResults` entry, and size, or its error), checked against what was sent.
+Writing answers from pages is gateway/outputs/' business. Pure."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from typing import Any
 @dataclass
 class PageOutcome:
     """One page of the document: its index in the original file and either the worker's
-    `ocrResults` entry plus rendered size, or an error. `cached`: answered from the page
-    cache (gateway/cache/) instead of by a replica."""
+    `ocrResults` (or `layoutParsingResults`) entry plus rendered size, or an error.
+    `cached`: answered from the page cache (gateway/cache/) instead of by a replica."""
 
     page_index: int
     ocr_result: dict[str, Any] | None = None
@@ -28,17 +28,17 @@ class MalformedReply(ValueError):
 
 
 def pages_from_reply(reply: dict[str, Any], page_indices: tuple[int, ...],
-                     kind: str) -> list[PageOutcome]:
+                     kind: str, results: str = "ocrResults") -> list[PageOutcome]:
     """Split one worker reply for a chunk into its pages, checking it has exactly one result
-    per page sent. An image is sent whole, so its pages (frames of a multi-page TIFF) are
-    whatever the worker found."""
+    per page sent (under `results`: the endpoint's name for them). An image is sent whole, so
+    its pages (frames of a multi-page TIFF) are whatever the worker found."""
     try:
         result = reply["result"]
-        ocr_results = result["ocrResults"]
+        ocr_results = result[results]
         info = result["dataInfo"]
         doc_type = "tiff" if kind == "tiff" else info["type"]  # a TIFF split by frames
     except (KeyError, TypeError):
-        raise MalformedReply("a replica answered without result.ocrResults/dataInfo") from None
+        raise MalformedReply(f"a replica answered without result.{results}/dataInfo") from None
     if info.get("type") == "image":
         sizes = [{"width": info.get("width"), "height": info.get("height")}]
     else:

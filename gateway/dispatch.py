@@ -1,4 +1,5 @@
-"""Talking to one replica: POST one chunk's /ocr body with timeouts always, the caller's
+"""Talking to one replica: POST one chunk's body (to its document's endpoint, /ocr or
+/layout-parsing) with timeouts always, the caller's
 remaining time in `X-Deadline-Ms` (the worker drops pages nobody waits for any more), the
 fleet board (gateway.fleet) and the attempt's span in `traceparent` (services/ocr_api/
 tracing.py), and the answer classified once (gateway.outcome). No retries here: whether and
@@ -61,10 +62,12 @@ class ReplicaClient:
         self.fleet = fleet
 
     def post(self, replica: Replica, body: bytes, *, log_id: str, deadline: float,
-             first: bool = False, start_within_s: float | None = None) -> Attempt:
+             first: bool = False, start_within_s: float | None = None,
+             path: str = "/ocr") -> Attempt:
         """One attempt at one chunk. `first`: the worker reads it before its queued pages
         (a one-page interactive request: X-Ocr-Priority high); `start_within_s`: unless it
-        would start that soon, the worker refuses it at once (Outcome.LATER)."""
+        would start that soon, the worker refuses it at once (Outcome.LATER); `path`: the
+        worker endpoint (gateway/endpoint.py)."""
         remaining = deadline - time.monotonic()
         timeout = urllib3.Timeout(connect=min(self.settings.connect_timeout_s, remaining),
                                   read=min(self.settings.page_timeout_s, remaining))
@@ -81,7 +84,7 @@ class ReplicaClient:
         metrics.REPLICA_INFLIGHT.labels(replica.url).inc()
         started = time.monotonic()
         try:
-            response = self.pool.request("POST", f"{replica.url}/ocr", body=body,
+            response = self.pool.request("POST", f"{replica.url}{path}", body=body,
                                          timeout=timeout, retries=False, headers=headers)
         except TransportError as exc:
             timed_out = isinstance(exc, TransportTimeout)

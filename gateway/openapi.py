@@ -1,8 +1,9 @@
 """The gateway's OpenAPI document (GET /openapi.json): /ocr with every answer format
-(gateway/outputs: `OFFERED`), the async jobs (when GATEWAY_JOBS_ENABLED left them on) with
-links from a submit to its status, result and cancel, /fleet, the web page and the probes;
-shared pieces in services/ocr_api/openapi.py. Built from the app's URL map and config, so a
-route or a setting that changes changes the document."""
+(gateway/outputs: `OFFERED`), /layout-parsing with its own (`LAYOUT_OFFERED`), the async
+jobs (when GATEWAY_JOBS_ENABLED left them on) with links from a submit to its status, result
+and cancel, /fleet, the web page and the probes; shared pieces in services/ocr_api/openapi.py.
+Built from the app's URL map and config, so a route or a setting that changes changes the
+document."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from flask import Flask
 
+from services.layout import openapi as layout_openapi
 from services.ocr_api import headers as h
 from services.ocr_api import openapi as api
 
@@ -30,7 +32,8 @@ JOB_LINKS = {"status": ("getJob", JOB_PATH), "result": ("getJobResult", JOB_PATH
 
 def build(app: Flask, config: GatewayConfig) -> dict[str, Any]:
     routes = {rule.rule for rule in app.url_map.iter_rules()}
-    paths = {"/ocr": {"post": ocr_operation(config)}, **web_paths(),
+    paths = {"/ocr": {"post": ocr_operation(config)},
+             "/layout-parsing": {"post": layout_operation(config)}, **web_paths(),
              **api.probe_paths({"detail": {"type": "string"}})}
     if "/jobs" in routes:  # GATEWAY_JOBS_ENABLED=false leaves them out
         paths.update(job_paths(config))
@@ -50,6 +53,38 @@ def formats() -> dict[str, Any]:
     for media in outputs.OFFERED:
         content.setdefault(media, {"schema": {**text, "contentMediaType": media}})
     return content
+
+
+def layout_formats() -> dict[str, Any]:
+    """/layout-parsing's answer by media type: PaddleX's PP-StructureV3 envelope, a line per
+    page, or the document's Markdown."""
+    return {
+        outputs.JSON: {"schema": layout_openapi.envelope_schema()},
+        outputs.NDJSON: {"schema": {"type": "string", "description": "One JSON line per "
+                                    "page, in order (#/components/schemas/NdjsonLayoutPage), "
+                                    "then a summary line (#/components/schemas/NdjsonSummary)"}},
+        outputs.MARKDOWN: {"schema": {"type": "string", "contentMediaType": outputs.MARKDOWN,
+                                      "description": "Every page's Markdown, in order, "
+                                                     "pages apart by a `---` rule"}},
+    }
+
+
+def layout_operation(config: GatewayConfig) -> dict[str, Any]:
+    """POST /layout-parsing: the worker's body and answer (services/layout/openapi.py), the
+    gateway's headers, formats and statuses."""
+    fields = {"returnPartialResults": {
+        "type": "boolean", "description": "Failed pages get an empty `prunedResult` and "
+        "`markdown` and an `error`, and `result.failedPages` lists them"}}
+    operation = layout_openapi.layout_operation(
+        config.max_bytes, [*api.request_headers(), cache_control()],
+        api.response_headers(200, ANSWER_HEADERS), api.errors(*OCR_ERRORS))
+    operation["requestBody"]["content"]["application/json"]["schema"]["properties"].update(
+        fields)
+    operation["responses"]["200"]["content"] = layout_formats()
+    operation["responses"]["200"]["description"] = (
+        "The document's layout in the format asked for (JSON: PaddleX's envelope, one "
+        "`layoutParsingResults` entry per page)")
+    return operation
 
 
 def ocr_fields(**extra: dict[str, Any]) -> dict[str, Any]:
@@ -227,4 +262,7 @@ def ndjson_schemas() -> dict[str, Any]:
                                                                         "DataInfo")}},
         "numPages": integer, "cachedPages": integer, "jobId": text, "state": text,
         "pagesDone": integer}}
-    return {"NdjsonPage": page, "NdjsonSummary": summary}
+    layout_page = {**page, "properties": {
+        **{k: v for k, v in page["properties"].items() if k != "ocrResult"},
+        "layoutParsingResult": layout_openapi.page_schema()}}
+    return {"NdjsonPage": page, "NdjsonLayoutPage": layout_page, "NdjsonSummary": summary}

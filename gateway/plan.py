@@ -13,10 +13,12 @@ from typing import Any, Callable, Mapping
 
 from services.documents.pages import select_pages
 from services.documents.tiff import count_tiff_frames
+from services.layout.request import parse_layout_fields
 from services.ocr_api.errors import unprocessable
 from services.ocr_api.request import OcrRequest, parse_ocr_request
 from services.ocr_api.sniff import KIND_PDF, is_tiff
 
+from .endpoint import LAYOUT, OCR, Endpoint
 from .split import KIND_TIFF, Chunk, PdfCutter, TiffCutter, WholeFile, count_pages, group_pages
 
 
@@ -31,7 +33,8 @@ class PlanLimits:
 @dataclass
 class Plan:
     """How one request is cut: its kind, its groups of pages (one chunk each), how many
-    pages, whether it is split at all, and its one deadline."""
+    pages, whether it is split at all, its one deadline, and the worker endpoint its pages
+    go to (gateway/endpoint.py)."""
 
     request: OcrRequest
     kind: str
@@ -40,6 +43,7 @@ class Plan:
     split: bool
     partial: bool
     deadline: float
+    endpoint: Endpoint = OCR
 
     @property
     def page_indices(self) -> list[int]:
@@ -77,10 +81,20 @@ class ChunkSource:
 
 
 def plan_document(fields: Mapping[str, Any], file_bytes: bytes | None, limits: PlanLimits,
-                  fetch_url: Callable[[str], bytes] | None) -> Plan:
+                  fetch_url: Callable[[str], bytes] | None, endpoint: Endpoint = OCR) -> Plan:
+    """The plan for /ocr's or /layout-parsing's fields: the same limits for both."""
     deadline = time.monotonic() + limits.request_timeout_s
+    forward = parse_layout_fields(fields)[1] if endpoint == LAYOUT else {}  # 422 before the file
     request = parse_ocr_request(fields, max_bytes=limits.max_bytes, file_bytes=file_bytes,
                                 fetch_url=fetch_url)
+    request.api_params.update(forward)  # sent with every chunk, and in the page cache's key
+    plan = _plan(request, fields, deadline, limits)
+    plan.endpoint = endpoint
+    return plan
+
+
+def _plan(request: OcrRequest, fields: Mapping[str, Any], deadline: float,
+          limits: PlanLimits) -> Plan:
     partial = fields.get("returnPartialResults", False)
     if not isinstance(partial, bool):
         raise unprocessable("returnPartialResults must be true or false")

@@ -40,6 +40,7 @@ from .assemble import PageOutcome
 from .backoff import Backoff
 from .budget import RetryBudget
 from .dispatch import ReplicaClient
+from .endpoint import OCR, Endpoint
 from .outcome import Attempt, Outcome
 from .reserve import PageTime, UrgentLoad
 from .split import Chunk
@@ -101,8 +102,9 @@ class Document:
 
     def __init__(self, groups: list[tuple[int, ...]], source: Source, ticket: Ticket | None = None,
                  *, log_id: str, deadline: float, kind: str, priority: str = INTERACTIVE,
-                 cache: Any = None):
+                 cache: Any = None, endpoint: Endpoint = OCR):
         self.id = next(self._ids)
+        self.endpoint = endpoint  # the worker route its chunks go to (gateway/endpoint.py)
         self.cache = cache  # gateway.cache.DocumentCache, or None: every chunk is sent
         self.groups = groups
         self.num_chunks = len(groups)
@@ -566,7 +568,8 @@ class Scheduler:
     def _settle_cached(self, doc: Document, task: Task) -> None:
         try:
             pages = assemble.pages_from_reply({"result": task.cache.result},
-                                              task.chunk.page_indices, doc.kind)
+                                              task.chunk.page_indices, doc.kind,
+                                              doc.endpoint.results)
         except assemble.MalformedReply:  # not what was stored: read it again
             task.cache.result = None
             self._requeue(doc, task, delay=0.0)
@@ -589,7 +592,8 @@ class Scheduler:
             try:
                 attempt = self.client.post(replica, doc.body(task.chunk), log_id=doc.log_id,
                                            deadline=doc.deadline, first=doc.urgent,
-                                           start_within_s=_start_within(doc, task))
+                                           start_within_s=_start_within(doc, task),
+                                           path=doc.endpoint.path)
                 if attempt.outcome is Outcome.OK:
                     self._timed(doc, attempt.seconds)
             except Exception as exc:  # never lose a page to a bug in the send path
@@ -622,7 +626,7 @@ class Scheduler:
         if outcome is Outcome.OK:
             try:
                 pages = assemble.pages_from_reply(attempt.payload, task.chunk.page_indices,
-                                                  doc.kind)
+                                                  doc.kind, doc.endpoint.results)
             except assemble.MalformedReply as exc:
                 pages = assemble.failed_pages(task.chunk.page_indices, 502, str(exc), doc.kind)
             else:

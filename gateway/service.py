@@ -1,8 +1,11 @@
-"""GatewayService: one /ocr request through the gateway, stage by stage:
+"""GatewayService: one /ocr (or /layout-parsing) request through the gateway, stage by stage:
 
     plan (parse, count pages, group them into chunks) -> open (front-door admission: 429 at
     once when the queue is full) -> the scheduler's fair queue -> replicas -> pages in order
     -> collect (one PaddleX envelope) or stream (NDJSON)
+
+A /layout-parsing document takes the same path; its plan's Endpoint (gateway/endpoint.py)
+says where its chunks go and what its answer calls its pages.
 
 No Flask here; the queue and its policy live in gateway.scheduler, talking to a replica in
 gateway.dispatch, replica limits and health in gateway.upstreams."""
@@ -30,6 +33,7 @@ from .budget import RetryBudget
 from .cache import Policy, build_cache
 from .config import GatewayConfig
 from .dispatch import DispatchSettings, ReplicaClient, make_pool, probe_ready
+from .endpoint import OCR, Endpoint
 from .scheduler import INTERACTIVE, Document, Scheduler, SchedulerSettings
 from .outputs.sandbox import PdfBuilder, SandboxLimits
 from .outputs.spool import DiskBudget, PageSpool
@@ -161,8 +165,9 @@ class GatewayService:
             metrics.REFUSED.labels("disk_full").inc()
             raise
 
-    def plan(self, fields: Mapping[str, Any], file_bytes: bytes | None) -> Plan:
-        return plan_document(fields, file_bytes, self.plan_limits, self.fetch_url)
+    def plan(self, fields: Mapping[str, Any], file_bytes: bytes | None,
+             endpoint: Endpoint = OCR) -> Plan:
+        return plan_document(fields, file_bytes, self.plan_limits, self.fetch_url, endpoint)
 
     def open(self, plan: Plan, priority: str = INTERACTIVE,
              reserved: Ticket | None = None, cache: Policy | None = None) -> Document:
@@ -191,11 +196,12 @@ class GatewayService:
         request = plan.request
         document_cache = None if self.cache is None else self.cache.document(
             cache, request.api_params, request.visualize, not plan.split, request.page_range,
-            plan.kind)
+            plan.kind, plan.endpoint.path)
         return self.scheduler.submit(Document(plan.groups, source, ticket,
                                               log_id=plan.request.log_id,
                                               deadline=plan.deadline, kind=plan.kind,
-                                              priority=priority, cache=document_cache))
+                                              priority=priority, cache=document_cache,
+                                              endpoint=plan.endpoint))
 
     def pages_in_order(self, plan: Plan, keep_sending: Callable[[], bool] = lambda: True, *,
                        priority: str = INTERACTIVE, document: Document | None = None,
@@ -251,7 +257,8 @@ class GatewayService:
         """What outputs/ writes an answer from, for these pages of the planned document."""
         request = plan.request
         return outputs.Answer(request.log_id, plan.kind, request.page_range is not None,
-                              lambda: iter(pages), lambda: request.file_bytes, len(pages))
+                              lambda: iter(pages), lambda: request.file_bytes, len(pages),
+                              plan.endpoint)
 
     def stream(self, plan: Plan, document: Document | None = None,
                client_gone: Callable[[], bool] = lambda: False) -> Iterator[bytes]:
@@ -270,7 +277,8 @@ class GatewayService:
                     return
 
         try:
-            yield from paddlex.ndjson_pages(log_id, until_a_failure(), pages, **extra)
+            yield from paddlex.ndjson_pages(log_id, until_a_failure(), pages, plan.endpoint,
+                                            **extra)
         except ApiError as exc:
             yield paddlex.line(envelope.no_result(log_id, exc.status, exc.message))
             return

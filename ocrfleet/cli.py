@@ -1,7 +1,7 @@
 """The `ocrfleet` command (installed by `make install`):
 
-    ocrfleet ocr FILE [--format json|txt|pdf|alto|hocr] [-o OUT]
-    ocrfleet batch INPUT_DIR OUTPUT_DIR [--glob PATTERN] [--format json,txt,pdf,alto,hocr]
+    ocrfleet ocr FILE [--format json|txt|pdf|alto|hocr|md] [-o OUT]
+    ocrfleet batch INPUT_DIR OUTPUT_DIR [--glob PATTERN] [--format json,txt,pdf,alto,hocr|md]
                    [--concurrency N]
 
 --url (env OCRFLEET_URL, default http://127.0.0.1:8080) is the gateway; --api-key (env
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from . import batch
-from .client import FORMATS, Client, OcrFailed, Settings
+from .client import FORMATS, LAYOUT, Client, OcrFailed, Settings
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 
@@ -27,6 +27,9 @@ def _formats(text: str) -> list[str]:
     unknown = [f for f in formats if f not in FORMATS]
     if not formats or unknown:
         raise argparse.ArgumentTypeError(f"formats are {', '.join(FORMATS)} (comma-separated)")
+    if LAYOUT in formats and len(formats) > 1:
+        raise argparse.ArgumentTypeError(f"{LAYOUT} (layout parsing's Markdown) comes alone: "
+                                         "it is not one OCR pass with the others")
     return formats
 
 
@@ -56,8 +59,8 @@ def parser() -> argparse.ArgumentParser:
     one = commands.add_parser("ocr", parents=[common], help="OCR one document")
     one.add_argument("file", type=Path)
     one.add_argument("--format", type=_single_format, default=["json"],
-                     help="json (default), txt, pdf (searchable PDF), alto (ALTO v4 XML) "
-                     "or hocr")
+                     help="json (default), txt, pdf (searchable PDF), alto (ALTO v4 XML), "
+                     "hocr or md (Markdown, from POST /layout-parsing)")
     one.add_argument("-o", "--output", type=Path, help="write here instead of stdout")
     many = commands.add_parser("batch", parents=[common], help="OCR every file of a folder")
     many.add_argument("input_dir", type=Path)
@@ -65,7 +68,8 @@ def parser() -> argparse.ArgumentParser:
     many.add_argument("--glob", dest="pattern", help="files to take, relative to INPUT_DIR "
                       "(default: every PDF, PNG, JPEG, BMP, TIFF and WebP, recursively)")
     many.add_argument("--format", type=_formats, default=["json"],
-                      help="comma-separated: json, txt, pdf, alto, hocr (default json)")
+                      help="comma-separated: json, txt, pdf, alto, hocr (default json); "
+                      "or md alone (Markdown, from POST /layout-parsing)")
     many.add_argument("--concurrency", type=int, default=4,
                       help="documents in flight at once (default 4)")
     many.add_argument("--no-progress", action="store_true", help="no progress bar")

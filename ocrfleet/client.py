@@ -20,7 +20,9 @@ from services.ocr_api.headers import CACHED_PAGES as CACHED_HEADER
 from services.ocr_api.headers import PAGES as PAGES_HEADER
 
 FORMATS = {"json": "application/json", "txt": "text/plain", "pdf": "application/pdf",
-           "alto": "application/alto+xml", "hocr": "text/vnd.hocr+html"}
+           "alto": "application/alto+xml", "hocr": "text/vnd.hocr+html",
+           "md": "text/markdown"}
+LAYOUT = "md"  # the document's Markdown: /layout-parsing's, alone (no ZIP holds it)
 ZIP = "application/zip"
 ZIP_MEMBERS = {"json": "result.json", "txt": "text.txt", "pdf": "searchable.pdf",
                "alto": "result.alto.xml", "hocr": "result.hocr"}
@@ -117,9 +119,11 @@ class Client:
         return session
 
     def _post(self, path: Path, accept: str) -> requests.Response:
+        """One try: the Markdown from /layout-parsing, every other format from /ocr."""
+        endpoint = "/layout-parsing" if accept == FORMATS[LAYOUT] else "/ocr"
         with open(path, "rb") as handle:
             return self._session().post(
-                self.settings.url.rstrip("/") + "/ocr",
+                self.settings.url.rstrip("/") + endpoint,
                 files={"file": (path.name, handle)},
                 data={"visualize": "true" if self.settings.visualize else "false"},
                 headers={"Accept": accept},

@@ -481,7 +481,8 @@ class ScriptedClient:
         self.first: list[bool] = []  # X-Ocr-Priority high, per call
         self.start_within: list[float | None] = []  # X-Ocr-Start-Within-Ms, per call
 
-    def post(self, replica, body, *, log_id, deadline, first=False, start_within_s=None):
+    def post(self, replica, body, *, log_id, deadline, first=False, start_within_s=None,
+             path="/ocr"):
         page = int(body.decode())
         with self.lock:
             self.calls.append((replica.url, page))
@@ -604,7 +605,8 @@ def test_an_image_behind_a_full_fleet_goes_out_at_once_asking_to_start_soon():
     gate, sent = threading.Event(), []
 
     class Client:
-        def post(self, replica, body, *, log_id, deadline, first=False, start_within_s=None):
+        def post(self, replica, body, *, log_id, deadline, first=False, start_within_s=None,
+                 path="/ocr"):
             page = int(body.decode())
             sent.append((page, start_within_s))
             if page != 100:
@@ -705,7 +707,8 @@ class MalformedClient(ScriptedClient):
         super().__init__(lambda url, page, n: 200)
         self.bad = set(bad)
 
-    def post(self, replica, body, *, log_id, deadline, first=False, start_within_s=None):
+    def post(self, replica, body, *, log_id, deadline, first=False, start_within_s=None,
+             path="/ocr"):
         page = int(body.decode())
         if page not in self.bad:
             return super().post(replica, body, log_id=log_id, deadline=deadline)
@@ -754,7 +757,8 @@ def test_documents_leave_workers_idle_until_a_page_is_timed(mode):
     gate, sent = threading.Event(), []
 
     class Client:
-        def post(self, replica, body, *, log_id, deadline, first=False, start_within_s=None):
+        def post(self, replica, body, *, log_id, deadline, first=False, start_within_s=None,
+                 path="/ocr"):
             page = int(body.decode())
             sent.append(page)
             assert gate.wait(10)

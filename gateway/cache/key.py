@@ -154,14 +154,18 @@ def _normal(value: Any) -> Any:
 
 
 def params_digest(api_params: dict[str, Any], visualize: bool | None,
-                  page_range: str | None, kind: str) -> str:
+                  page_range: str | None, kind: str, endpoint: str = "/ocr") -> str:
     """Every request field that can change a page's result, normalised. `page_range` counts
-    only when the worker applies it (a document sent whole); `kind` is what it is sent as."""
+    only when the worker applies it (a document sent whole); `kind` is what it is sent as;
+    `endpoint`: a /layout-parsing answer is not an /ocr one (its layout fields are among
+    `api_params`). /ocr's keys are those from before there was another endpoint."""
     fields = {name: _normal(value) for name, value in api_params.items()
               if name not in NOT_IN_KEY}
     fields["visualize"] = visualize  # None: the worker's default (part of its identity)
     fields["@pageRange"] = page_range
     fields["@kind"] = kind
+    if endpoint != "/ocr":
+        fields["@endpoint"] = endpoint
     return sha256(json.dumps(fields, sort_keys=True, separators=(",", ":")).encode())
 
 

@@ -158,11 +158,12 @@ class PageCache:
 
     def document(self, policy: Policy | None, api_params: dict[str, Any],
                  visualize: bool | None, sent_whole: bool, page_range: str | None,
-                 kind: str) -> "DocumentCache | None":
+                 kind: str, endpoint: str = "/ocr") -> "DocumentCache | None":
         if policy is None or not policy.used:
             metrics.CACHE_LOOKUPS.labels("bypass").inc()
             return None
-        return DocumentCache(self, policy, api_params, visualize, sent_whole, page_range, kind)
+        return DocumentCache(self, policy, api_params, visualize, sent_whole, page_range, kind,
+                             endpoint)
 
     # ---- the store, never failing or holding up a page ---------------------------------------
     def _safely(self, what: str, call: Callable[[], Any], default: Any = None) -> Any:
@@ -208,22 +209,25 @@ class PageCache:
 
 
 class DocumentCache:
-    """One document's view: its scope and the digest of its OCR parameters, per kind sent."""
+    """One document's view: its scope and the digest of its parameters (and endpoint), per
+    kind sent."""
 
     def __init__(self, cache: PageCache, policy: Policy, api_params: dict[str, Any],
-                 visualize: bool | None, sent_whole: bool, page_range: str | None, kind: str):
+                 visualize: bool | None, sent_whole: bool, page_range: str | None, kind: str,
+                 endpoint: str = "/ocr"):
         self.cache = cache
         self.policy = policy
         self.sent_whole = sent_whole
         self.kind = kind  # what a whole document is sent as; a chunk says its own
-        self._params = (api_params, visualize, page_range if sent_whole else None)
+        self._params = (api_params, visualize, page_range if sent_whole else None, endpoint)
         self._digests: dict[str, str] = {}
         self.hits = 0  # pages answered from the cache (read by the request's answer)
 
     def params_digest(self, kind: str) -> str:
         if kind not in self._digests:
-            api_params, visualize, page_range = self._params
-            self._digests[kind] = keys.params_digest(api_params, visualize, page_range, kind)
+            api_params, visualize, page_range, endpoint = self._params
+            self._digests[kind] = keys.params_digest(api_params, visualize, page_range, kind,
+                                                     endpoint)
         return self._digests[kind]
 
     def lookup(self, data: bytes, chunk_kind: str) -> "Entry":

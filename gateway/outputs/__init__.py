@@ -1,7 +1,8 @@
 """What /ocr and a job's result answer with, chosen by the request's Accept header: the
 PaddleX JSON envelope (the default), NDJSON page by page, plain text, the searchable PDF
 (pdf.py), ALTO v4 XML (alto.py) and hOCR (hocr.py) for archives' toolchains, or a ZIP of
-them all from one OCR pass (what a batch client that wants several of them asks for). This
+them all from one OCR pass (what a batch client that wants several of them asks for).
+/layout-parsing answers in JSON, NDJSON or the document's Markdown (`LAYOUT_OFFERED`). This
 package is the one writer of answers (paddlex.py: the envelope, NDJSON lines, text), from
 pages in order (`Answer`). Errors are JSON envelopes whatever was asked for."""
 
@@ -19,6 +20,7 @@ from services.ocr_api import headers as protocol
 from services.ocr_api.errors import ApiError
 
 from ..assemble import PageOutcome
+from ..endpoint import OCR, Endpoint
 from . import alto, hocr, paddlex
 from .sandbox import PdfBuilder
 from .spool import UNBOUNDED, DiskBudget, MeteredSpool
@@ -30,18 +32,20 @@ PDF = "application/pdf"
 ZIP = "application/zip"
 ALTO = alto.MEDIA_TYPE  # application/alto+xml
 HOCR = hocr.MEDIA_TYPE  # text/vnd.hocr+html
-OFFERED = (JSON, NDJSON, TEXT, PDF, ALTO, HOCR, ZIP)
+MARKDOWN = "text/markdown"
+OFFERED = (JSON, NDJSON, TEXT, PDF, ALTO, HOCR, ZIP)  # /ocr's
+LAYOUT_OFFERED = (JSON, NDJSON, MARKDOWN)  # /layout-parsing's
 # a client that names several formats at the same quality gets the most specific one
-NAMED_PRIORITY = {NDJSON: 7, PDF: 6, ALTO: 5, HOCR: 4, ZIP: 3, TEXT: 2, JSON: 1}
+NAMED_PRIORITY = {NDJSON: 7, PDF: 6, ALTO: 5, HOCR: 4, ZIP: 3, MARKDOWN: 2, TEXT: 2, JSON: 1}
 ZIP_MEMBERS = {JSON: "result.json", TEXT: "text.txt", PDF: "searchable.pdf",
                ALTO: "result.alto.xml", HOCR: "result.hocr"}
 ZIP_MEMORY_BYTES = 8 * 2**20  # a ZIP being written past this goes to a temporary file
 ZIP_DATE = (1980, 1, 1, 0, 0, 0)  # members are dated as zipfile dates what it has no date for
 
 
-def negotiate(header: str | None) -> str:
+def negotiate(header: str | None, offered: tuple[str, ...] = OFFERED) -> str:
     """The format for this Accept header: JSON without one (or for */*), 406 when it
-    accepts none of OFFERED."""
+    accepts none of `offered` (the endpoint's: OFFERED, LAYOUT_OFFERED)."""
     if not header or not header.strip():
         return JSON
     accept = parse_accept_header(header, MIMEAccept)
@@ -52,10 +56,10 @@ def negotiate(header: str | None) -> str:
         return (accept.quality(offer), is_named,
                 NAMED_PRIORITY[offer] if is_named else int(offer == JSON))
 
-    best = max(OFFERED, key=rank)
+    best = max(offered, key=rank)
     if accept.quality(best) <= 0:
         raise ApiError(406, f"Cannot answer with {header!r}: this answers in "
-                            f"{', '.join(OFFERED)} (Accept header)")
+                            f"{', '.join(offered)} (Accept header)")
     return best
 
 
@@ -70,7 +74,8 @@ def prepare_fields(fmt: str, fields: MutableMapping[str, Any]) -> None:
 class Answer:
     """What any answer is written from, for /ocr and for a job's result alike: the logId,
     the document's kind and bytes (for the searchable PDF), whether a pageRange was given,
-    and its pages in order (`pages()` gives them again each time: a ZIP reads them twice)."""
+    its pages in order (`pages()` gives them again each time: a ZIP reads them twice), and
+    the endpoint that read them (what the JSON calls its pages)."""
 
     log_id: str
     kind: str  # "pdf", "tiff" or "image"
@@ -78,6 +83,7 @@ class Answer:
     pages: Callable[[], Iterator[PageOutcome]]
     file_bytes: Callable[[], bytes]
     num_pages: int
+    endpoint: Endpoint = OCR
 
 
 def respond(fmt: str, answer: Answer, fonts: tuple[str, ...], builder: PdfBuilder,
@@ -89,8 +95,11 @@ def respond(fmt: str, answer: Answer, fonts: tuple[str, ...], builder: PdfBuilde
     headers = {protocol.PAGES: str(answer.num_pages)}  # pages OCR'd, for clients' progress
     if fmt == JSON:
         return Response(paddlex.envelope_chunks(answer.log_id, answer.pages(),
-                                                answer.page_range_given),
+                                                answer.page_range_given, answer.endpoint),
                         mimetype=JSON, headers=headers)
+    if fmt == MARKDOWN:
+        return Response(paddlex.markdown_chunks(answer.pages()), mimetype=MARKDOWN,
+                        content_type=f"{MARKDOWN}; charset=utf-8", headers=headers)
     if fmt == TEXT:
         return Response(paddlex.text_chunks(answer.pages()), mimetype="text/plain",
                         content_type="text/plain; charset=utf-8", headers=headers)

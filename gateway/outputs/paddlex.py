@@ -1,7 +1,9 @@
 """The PaddleX answer, written from pages in order: the whole document's envelope (one
-`ocrResults` entry per page, `dataInfo` for the document, failed pages named in partial
-mode), the same envelope written out page by page, NDJSON lines, plain text, and the error
-that names failed pages. /ocr and job results both answer through here. Pure."""
+`ocrResults` entry per page, or `layoutParsingResults` entry for /layout-parsing: the
+document's Endpoint names them; `dataInfo` for the document, failed pages named in partial
+mode), the same envelope written out page by page, NDJSON lines, plain text, Markdown, and
+the error that names failed pages. /ocr, /layout-parsing and job results all answer through
+here. Pure."""
 
 from __future__ import annotations
 
@@ -12,7 +14,10 @@ from typing import Any, Iterable, Iterator
 from services.documents.unicode import utf8
 from services.ocr_api import envelope
 
+from services.layout import markdown
+
 from ..assemble import PageOutcome
+from ..endpoint import LAYOUT, OCR, Endpoint
 from . import layout, text
 
 
@@ -27,16 +32,24 @@ def data_info(pages: list[PageOutcome], page_range_given: bool) -> dict[str, Any
         info["pageIndices"] = [p.page_index for p in pages]
     return info
 
-def failed_page_entry(page: PageOutcome) -> dict[str, Any]:
-    entry = envelope.ocr_page_result(None)
+def failed_page_entry(page: PageOutcome, endpoint: Endpoint = OCR) -> dict[str, Any]:
+    """A failed page's entry (partial mode): no result, and its `error`. A layout page keeps
+    PaddleX's required fields (an empty result and Markdown)."""
+    if endpoint == LAYOUT:
+        entry = {"prunedResult": {}, "markdown": {"text": "", "isStart": True, "isEnd": True,
+                                                  "images": {}},
+                 "outputImages": None, "inputImage": None}
+    else:
+        entry = envelope.ocr_page_result(None)
     entry["error"] = {"errorCode": page.error_code, "errorMsg": page.error_msg}
     return entry
 
-def document_result(pages: list[PageOutcome], page_range_given: bool) -> dict:
+def document_result(pages: list[PageOutcome], page_range_given: bool,
+                    endpoint: Endpoint = OCR) -> dict:
     """`result` for the whole document; failed pages (partial mode) carry an `error`."""
     result: dict[str, Any] = {
-        "ocrResults": [p.ocr_result if not p.error_code else failed_page_entry(p)
-                       for p in pages],
+        endpoint.results: [p.ocr_result if not p.error_code else failed_page_entry(p, endpoint)
+                           for p in pages],
         "dataInfo": data_info(pages, page_range_given),
     }
     failed = [p for p in pages if p.error_code]
@@ -54,13 +67,15 @@ def describe_failures(pages: list[PageOutcome]) -> tuple[int, str]:
     return status, (f"Page(s) {numbers}{more} could not be processed: {failed[0].error_msg}. "
                     "Send returnPartialResults: true to get the other pages anyway")
 
-def stream_page_line(log_id: str, page: PageOutcome) -> dict[str, Any]:
+def stream_page_line(log_id: str, page: PageOutcome,
+                     endpoint: Endpoint = OCR) -> dict[str, Any]:
     """A page's NDJSON line; `cached` (always there, false while the cache is off) says it
-    was answered from the page cache."""
+    was answered from the page cache; its entry is the endpoint's (`ocrResult`,
+    `layoutParsingResult`)."""
     if page.error_code:
         return {"logId": log_id, "pageIndex": page.page_index, "errorCode": page.error_code,
                 "errorMsg": page.error_msg, "cached": False}
-    return {"logId": log_id, "pageIndex": page.page_index, "ocrResult": page.ocr_result,
+    return {"logId": log_id, "pageIndex": page.page_index, endpoint.result: page.ocr_result,
             "pageInfo": page.page_info, "cached": page.cached}
 
 
@@ -92,16 +107,17 @@ def line(obj: dict[str, Any]) -> bytes:
 
 
 def envelope_chunks(log_id: str, pages: Iterable[PageOutcome],
-                    page_range_given: bool) -> Iterator[bytes]:
+                    page_range_given: bool, endpoint: Endpoint = OCR) -> Iterator[bytes]:
     """envelope.success(logId, document_result(...)) written out page by page: only each
     page's size is kept for dataInfo at the end, so a long answer is never held whole."""
     light: list[PageOutcome] = []
-    yield b'{"logId":' + _dumps(log_id) + b',"result":{"ocrResults":['
+    yield (b'{"logId":' + _dumps(log_id) + b',"result":{' + _dumps(endpoint.results)
+           + b":[")
     for number, page in enumerate(pages):
-        entry = page.ocr_result if not page.error_code else failed_page_entry(page)
+        entry = page.ocr_result if not page.error_code else failed_page_entry(page, endpoint)
         yield (b"," if number else b"") + _dumps(entry)
         light.append(replace(page, ocr_result=None))
-    tail = document_result(light, page_range_given)
+    tail = document_result(light, page_range_given, endpoint)
     yield b'],"dataInfo":' + _dumps(tail["dataInfo"])
     if "failedPages" in tail:
         yield b',"failedPages":' + _dumps(tail["failedPages"])
@@ -109,11 +125,11 @@ def envelope_chunks(log_id: str, pages: Iterable[PageOutcome],
 
 
 def ndjson_pages(log_id: str, pages: Iterable[PageOutcome], seen: list[PageOutcome],
-                 **extra: Any) -> Iterator[bytes]:
+                 endpoint: Endpoint = OCR, **extra: Any) -> Iterator[bytes]:
     """A line per page; each page (without its result) is appended to `seen`, for the
     summary line the caller writes."""
     for page in pages:
-        yield line({**stream_page_line(log_id, page), **extra})
+        yield line({**stream_page_line(log_id, page, endpoint), **extra})
         seen.append(replace(page, ocr_result=None))
 
 
@@ -126,6 +142,20 @@ def text_chunks(pages: Iterable[PageOutcome]) -> Iterator[bytes]:
     """The document's text, a page at a time, pages separated by form feeds."""
     for number, page in enumerate(pages):
         yield (b"\f" if number else b"") + utf8(page_text(page))
+
+
+def page_markdown(page: PageOutcome) -> str:
+    """One /layout-parsing page's Markdown; a failed page (partial mode) says so in a
+    comment, so the pages after it keep their place."""
+    if page.error_code:
+        return f"<!-- page {page.page_index + 1}: {page.error_msg.replace('--', '- -')} -->"
+    return str(((page.ocr_result or {}).get("markdown") or {}).get("text") or "")
+
+
+def markdown_chunks(pages: Iterable[PageOutcome]) -> Iterator[bytes]:
+    """The document's Markdown (services/layout/markdown.py: pages in order, a page break
+    between them), written once every page is in (their Markdown is a small part of each)."""
+    yield utf8(markdown.document_markdown([page_markdown(page) for page in pages]))
 
 
 def page_layout(page: PageOutcome) -> layout.PageText:
