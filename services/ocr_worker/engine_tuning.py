@@ -59,20 +59,22 @@ def apply(paddlex_pipeline, config: WorkerConfig, backend: str) -> dict[str, str
     return info
 
 
-# After a call on at least this many input values (a detector input of a megapixel, as
-# OCR_TRIM_MIN_PIXELS and OpenVINO's release_memory), the session's CPU arena gives back what
-# the call no longer holds
-SHRINK_MIN_VALUES = 3_000_000
+# After a call on at least this many input values, the session's CPU arena gives back what the
+# call no longer holds: a detector input of about 2.7 megapixels, so that A4 and Letter pages
+# at 150 dpi (2.2 MP) keep theirs for the next page, and 200-dpi pages, scans and photos give
+# theirs back. Shrunk after every page, two workers paging the buffers in again at once read
+# 0.92 dense pages/s on 2 cores instead of 1.19 (docs/benchmarks.md "Engine speed")
+SHRINK_MIN_VALUES = 8_000_000
 
 
 class ArenaShrink:
     """An onnxruntime session whose CPU arena is shrunk after each large input. The arena
     keeps a page's activations allocated for the next call: no malloc, free and page faults
-    of hundreds of MB per page (a dense page reads ~1.3x faster than with the arena off), but
-    it grows to the largest input seen and never shrinks by itself (2.5 GB held after ten
-    large scans). Shrinking after the large inputs only keeps the recogniser's small batches
-    on the arena and gives the detector's large activations back. PaddleX's runner calls
-    `session.run(output_names, feeds)` with no RunOptions: they are added here."""
+    of hundreds of MB per page, but it grows to the largest input seen and never shrinks by
+    itself (2.5 GB held after rounds of large scans). Shrinking after the large inputs only
+    keeps the recogniser's batches and an ordinary page's detector buffers on the arena, and
+    gives a large page's back. PaddleX's runner calls `session.run(output_names, feeds)` with
+    no RunOptions: they are added here."""
 
     def __init__(self, session, min_values: float | None = None):
         import onnxruntime as ort
