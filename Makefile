@@ -47,13 +47,14 @@ worker: install
 	PORT=$(PORT) $(VENV)/bin/gunicorn -c services/ocr_worker/gunicorn.conf.py services.ocr_worker.wsgi:app
 
 # Every Debian package the suite needs, or a failure naming the missing ones; skips pass only
-# where tests/allowed_skips.txt allows them, and the run lists them (tests/conftest.py). The
-# default fleet under minutes of real-engine load (tests/test_real_load.py) runs alone, after
-# the rest: it keeps both cores busy (skipped when PYTEST_ARGS picks tests).
+# where tests/allowed_skips.txt allows them, and the run lists them (tests/conftest.py). Tests
+# marked `alone` run after the rest, one at a time: the default fleet under minutes of
+# real-engine load, which keeps both cores busy, and the two-gateway fleet whose fairness
+# starved cores would distort (skipped when PYTEST_ARGS picks tests).
 test: install
 	@bash scripts/install_system_deps.sh --require
-	$(PY) -m pytest -q -m "not real_load" $(PYTEST_ARGS)
-	$(if $(PYTEST_ARGS),,$(PY) -m pytest -q -n 0 -m real_load)
+	$(PY) -m pytest -q -m "not alone" $(PYTEST_ARGS)
+	$(if $(PYTEST_ARGS),,$(PY) -m pytest -q -n 0 -m alone)
 
 # everything but the real engine (4 pytest processes, as every run: pyproject's addopts)
 test-fast: install

@@ -19,7 +19,10 @@ from services.ocr_api.fleet_board import BOARD_HEADER, Board
 from samples import documents
 from scripts.fleet import ManagedProcess, free_port, gateway_process, stop_all, worker_process
 
-pytestmark = pytest.mark.slow  # starts servers: scheduled first (tests/conftest.py)
+# starts servers; with the machine to itself, after the rest (`make test`): at 2 cores shared
+# with three other test processes, a lone document was at 101 of 120 pages once in CI when the
+# first ended, for want of CPU, not of share (the threshold is 102)
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 WORKERS = 32
 PAGES = 120

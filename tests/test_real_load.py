@@ -28,7 +28,7 @@ from loadtest.payloads import Payload, dense_page_payloads, labelled_pdf_payload
 from samples import documents
 from scripts.fleet import REPO_ROOT, free_port, free_port_block, http_status
 
-pytestmark = [pytest.mark.engine, pytest.mark.nginx, pytest.mark.slow, pytest.mark.real_load]
+pytestmark = [pytest.mark.engine, pytest.mark.nginx, pytest.mark.slow, pytest.mark.alone]
 
 CLIENTS = 4
 LOAD_S = float(os.environ.get("OCRFLEET_REAL_LOAD_S", "150"))
