@@ -19,7 +19,7 @@ from services.flask_common.access import AccessPolicy, KeyCheck, presented_key
 from services.ocr_api.settings import ConfigError
 from services.ocr_worker.app import create_app as create_worker
 from services.ocr_worker.config import WorkerConfig
-from tests.conftest import b64
+from tests.conftest import b64, wait_until
 
 OLD, NEW = "old-key-0123456789abcdef", "new-key-fedcba9876543210"
 TOKEN = "worker-token-0123456789"
@@ -223,10 +223,14 @@ def test_real_servers_keys_token_and_metrics_ports(servers):
         assert refused.status_code == 422  # the key was accepted; the input was not
     read = requests.post(f"{gateway_url}/ocr", json={"file": IMAGE, "visualize": False},
                          headers={"X-API-Key": OLD}, timeout=30)
-    assert read.status_code == 200, read.text  # a streamed JSON answer: counted once sent
-    metrics = requests.get(f"{servers['gateway_metrics']}/metrics", timeout=10)
-    assert metrics.status_code == 200
-    assert 'ocr_gateway_documents_total{code="200",outcome="ok"} 1.0' in metrics.text
+    assert read.status_code == 200, read.text  # a streamed JSON answer: counted once sent,
+    # which is just after its last byte reached the client
+    def counted() -> bool:
+        metrics = requests.get(f"{servers['gateway_metrics']}/metrics", timeout=10)
+        assert metrics.status_code == 200
+        return 'ocr_gateway_documents_total{code="200",outcome="ok"} 1.0' in metrics.text
+
+    wait_until(counted, 10, what="the streamed answer to be counted")
     assert requests.get(f"{gateway_url}/metrics", headers={"X-API-Key": OLD},
                         timeout=10).status_code == 404
     ready = requests.get(f"{gateway_url}/readyz", timeout=10)
