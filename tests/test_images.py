@@ -239,9 +239,12 @@ def metrics_url(url: str, port: int) -> str:
 def test_metrics_count_the_pages_and_documents(fleet):
     requests.post(fleet["gateway"][1] + "/ocr",
                   json={"file": b64(documents.labelled_pdf(2, lines_per_page=0))}, timeout=300)
-    gateway_metrics = requests.get(metrics_url(fleet["gateway"][1], GATEWAY_METRICS_PORT),
-                                   timeout=5).text
-    assert metric_sum(gateway_metrics, "ocr_gateway_documents_total", outcome="ok") >= 1
+    def documents_counted() -> bool:  # a streamed answer is counted once it has gone
+        gateway_metrics = requests.get(metrics_url(fleet["gateway"][1], GATEWAY_METRICS_PORT),
+                                       timeout=5).text
+        return metric_sum(gateway_metrics, "ocr_gateway_documents_total", outcome="ok") >= 1
+
+    wait_until(documents_counted, 10, "the gateway to count the document")
     for _, url in fleet["workers"]:
         worker_metrics = requests.get(metrics_url(url, WORKER_METRICS_PORT), timeout=5).text
         assert metric_sum(worker_metrics, "ocr_worker_pages_total", outcome="ok") >= 1, url
