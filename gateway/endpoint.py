@@ -18,3 +18,9 @@ class Endpoint:
 
 OCR = Endpoint("/ocr", "ocrResults", "ocrResult")
 LAYOUT = Endpoint("/layout-parsing", "layoutParsingResults", "layoutParsingResult")
+ENDPOINTS = {endpoint.path: endpoint for endpoint in (OCR, LAYOUT)}
+
+
+def by_path(path: str) -> Endpoint:
+    """The Endpoint a job recorded (its `path`); KeyError for a path no gateway serves."""
+    return ENDPOINTS[path]

@@ -17,6 +17,7 @@ from services.ocr_api import openapi as api
 
 from . import outputs
 from .config import GatewayConfig
+from .endpoint import ENDPOINTS, LAYOUT, OCR
 from .jobs.api import JOB_ID
 from .jobs.model import ACTIVE_STATES, FINAL_STATES
 
@@ -67,6 +68,20 @@ def layout_formats() -> dict[str, Any]:
                                       "description": "Every page's Markdown, in order, "
                                                      "pages apart by a `---` rule"}},
     }
+
+
+def job_result_formats() -> dict[str, Any]:
+    """A job's result by media type: its endpoint's formats (/ocr's, or /layout-parsing's:
+    the JSON is either envelope, and text/markdown only a layout job's)."""
+    content = formats()
+    content[outputs.JSON] = {"schema": {"anyOf": [
+        api.ref("schemas", "OcrEnvelope"), layout_openapi.envelope_schema()]}}
+    content[outputs.NDJSON] = {"schema": {
+        "type": "string", "description": "One JSON line per page done, in order "
+        "(#/components/schemas/NdjsonPage, a layout job's NdjsonLayoutPage), then a summary "
+        "line (#/components/schemas/NdjsonSummary)"}}
+    content[outputs.MARKDOWN] = layout_formats()[outputs.MARKDOWN]
+    return content
 
 
 def layout_operation(config: GatewayConfig) -> dict[str, Any]:
@@ -122,9 +137,14 @@ def job_paths(config: GatewayConfig) -> dict[str, Any]:
     status = {"description": "The job's status", "headers": api.response_headers(200),
               "content": api.json_content(api.ref("schemas", "JobEnvelope")),
               "links": links("status", "result", "cancel")}
+    paths = [*ENDPOINTS]
     submit_fields = ocr_fields(callbackUrl={
         "type": ["string", "null"], "description": "POSTed the job's outcome when it ends "
-        "(needs GATEWAY_JOBS_CALLBACK_SECRET; public http(s) addresses only)"})
+        "(needs GATEWAY_JOBS_CALLBACK_SECRET; public http(s) addresses only)"}, endpoint={
+        "enum": [*paths, *(path.lstrip("/") for path in paths), None],
+        "description": f"The route whose answer the job gives: `{OCR.path}` (the default) or "
+                       f"`{LAYOUT.path}` (layout parsing: that route's fields, its "
+                       "`layoutParsingResults` and its Markdown)"})
     return {
         "/jobs": {"post": {
             "operationId": "submitJob", "tags": ["jobs"],
@@ -155,9 +175,10 @@ def job_paths(config: GatewayConfig) -> dict[str, Any]:
             "operationId": "getJobResult", "tags": ["jobs"],
             "summary": "The result in the format `Accept` asks for (NDJSON also while it runs)",
             "parameters": [job_id],
-            "responses": {"200": {"description": "The result, as /ocr would have answered",
+            "responses": {"200": {"description": "The result, as the job's endpoint (/ocr "
+                                                 "or /layout-parsing) would have answered",
                                   "headers": api.response_headers(200, ANSWER_HEADERS),
-                                  "content": formats()},
+                                  "content": job_result_formats()},
                           **api.errors(401, 404, 406, 409, 410, 413, 422, 500, 502, 503,
                                        504)}}},
     }
@@ -177,10 +198,11 @@ def job_schemas() -> dict[str, Any]:
              "properties": {"errorCode": integer, "errorMsg": text}}
     state = {"enum": [*ACTIVE_STATES, *FINAL_STATES]}
     status = {"type": "object", "required": [
-        "jobId", "state", "numPages", "pagesDone", "pagesFailed", "cachedPages",
+        "jobId", "endpoint", "state", "numPages", "pagesDone", "pagesFailed", "cachedPages",
         "failedPages", "createdAt", "startedAt", "finishedAt", "expiresAt", "error",
         "callback", "statusUrl", "resultUrl"], "properties": {
-        "jobId": {"type": "string", "pattern": JOB_ID.pattern}, "state": state,
+        "jobId": {"type": "string", "pattern": JOB_ID.pattern},
+        "endpoint": {"enum": list(ENDPOINTS)}, "state": state,
         "numPages": integer, "pagesDone": integer, "pagesFailed": integer,
         "cachedPages": integer,
         "failedPages": {"type": "array", "items": {

@@ -1,5 +1,5 @@
-"""The /jobs routes: submit (the /ocr body plus `callbackUrl`), follow (with long-poll), fetch
-the result, cancel or delete. Each route is a few lines over `Jobs` (store, runner, limits);
+"""The /jobs routes: submit (the /ocr or /layout-parsing body plus `callbackUrl` and
+`endpoint`), follow (with long-poll), fetch the result, cancel or delete. Each route is a few lines over `Jobs` (store, runner, limits);
 a store that cannot be reached is a 503, never a 500, and a stalled one is a 503 at once:
 what a route reads before it answers goes through `Jobs.request_store`, whose calls fail
 fast, and a submit asks that store first, so that it never writes into a stalled one (the
@@ -21,11 +21,12 @@ from flask import Blueprint, Response, request, stream_with_context
 from services.flask_common import error_response, json_response, read_ocr_fields
 from services.ocr_api import envelope
 from services.ocr_api.headers import API_KEY as API_KEY_HEADER
-from services.ocr_api.errors import ApiError, unprocessable
+from services.ocr_api.errors import ApiError, excerpt, unprocessable
 from services.ocr_api.logs import current_log_id
 from services.ocr_api.sniff import KIND_PDF
 
 from .. import outputs
+from ..endpoint import ENDPOINTS, LAYOUT, OCR, Endpoint
 from ..split import KIND_TIFF
 from . import results
 from .callbacks import check_callback_url
@@ -38,6 +39,8 @@ PAGED = (KIND_PDF, KIND_TIFF)  # documents whose pages are sent, stored and resu
 WAIT_POLL_S = 0.2
 MAX_WAITERS = 16  # long-polls held at once per process; more answer at once
 LIMIT_RETRY_AFTER_S = 30
+# what a job's result answers in, by the endpoint it runs as (as that route answers)
+OFFERED = {OCR.path: outputs.OFFERED, LAYOUT.path: outputs.LAYOUT_OFFERED}
 
 
 def client_identity() -> str:
@@ -80,13 +83,14 @@ def create_blueprint(jobs) -> Blueprint:
     def create():
         fields, file_bytes = read_ocr_fields()
         callback_url = fields.pop("callbackUrl", None)
+        endpoint = job_endpoint(fields.pop("endpoint", None))
         if callback_url is not None:
             if not jobs.config.callback_secret:
                 raise unprocessable("callbackUrl needs a signing secret on the gateway "
                                     "(GATEWAY_JOBS_CALLBACK_SECRET); poll GET /jobs/{id} "
                                     "instead")
             check_callback_url(callback_url, jobs.client)
-        plan = jobs.service.plan(fields, file_bytes)
+        plan = jobs.service.plan(fields, file_bytes, endpoint)
         current_log_id.set(plan.request.log_id)
         job = Job(id=uuid.uuid4().hex, client=client_identity(),
                   spec=replace(job_spec(plan, fields, callback_url, base_url()),
@@ -117,7 +121,7 @@ def create_blueprint(jobs) -> Blueprint:
     @blueprint.get("/jobs/<job_id>/result")
     def result(job_id: str):
         job = load(job_id)
-        chosen = outputs.negotiate(request.headers.get("Accept"))
+        chosen = outputs.negotiate(request.headers.get("Accept"), OFFERED[job.spec.endpoint])
         if job.state == CANCELLED:
             raise ApiError(410, f"Job {job.id} was cancelled; its pages were deleted")
         if chosen == outputs.NDJSON:
@@ -159,6 +163,19 @@ def create_blueprint(jobs) -> Blueprint:
     return blueprint
 
 
+def job_endpoint(value) -> Endpoint:
+    """The `endpoint` a job runs as: `/ocr` (the default: absent or null) or
+    `/layout-parsing`, with or without the leading slash."""
+    if value is None:
+        return OCR
+    if isinstance(value, str):
+        path = value if value.startswith("/") else "/" + value
+        if path in ENDPOINTS:
+            return ENDPOINTS[path]
+    raise unprocessable(f"endpoint must be {OCR.path!r} or {LAYOUT.path!r} (the route whose "
+                        f"answer the job gives), got {excerpt(value)}")
+
+
 def job_spec(plan, fields: dict, callback_url: str | None, base_url: str) -> JobSpec:
     """What the runner needs to plan the job again on any gateway: the fields without the
     file, and the selected pages as the plan selected them (a PDF's pages, a multi-page
@@ -178,7 +195,8 @@ def job_spec(plan, fields: dict, callback_url: str | None, base_url: str) -> Job
                    fields={k: v for k, v in kept.items() if v is not None},
                    page_indices=indices, page_range_given=request_.page_range is not None,
                    partial=fields.get("returnPartialResults") is True,
-                   callback_url=callback_url, base_url=base_url)
+                   callback_url=callback_url, base_url=base_url,
+                   endpoint=plan.endpoint.path)
 
 
 def wait_seconds(raw: str | None, max_wait_s: float) -> float:
@@ -211,7 +229,8 @@ def status_body(job: Job, failed_pages: list[dict], base_url: str) -> dict:
     error = {"errorCode": job.error_code, "errorMsg": job.error_msg} if job.error_code else None
     callback = ({"state": job.callback_state or "waiting", "attempts": job.callback_attempts}
                 if job.spec.callback_url else None)
-    return {"jobId": job.id, "state": job.state, "numPages": job.num_pages,
+    return {"jobId": job.id, "endpoint": job.spec.endpoint, "state": job.state,
+            "numPages": job.num_pages,
             "pagesDone": job.pages_done, "pagesFailed": job.pages_failed,
             "cachedPages": job.pages_cached, "failedPages": failed_pages,
             "createdAt": iso(job.created), "startedAt": iso(job.started),

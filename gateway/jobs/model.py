@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..assemble import PageOutcome
+from ..endpoint import OCR, Endpoint, by_path
 
 QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED = "queued", "running", "succeeded", "failed", \
     "cancelled"
@@ -30,8 +31,11 @@ STR_FIELDS = ("id", "client", "state", "spec", "error_msg", "callback_state", "l
 
 @dataclass(frozen=True)
 class JobSpec:
-    """The request as submitted; never changes. `fields` are the /ocr fields without `file`
-    and `callbackUrl` (the document's bytes are stored beside the job)."""
+    """The request as submitted; never changes. `fields` are the /ocr (or /layout-parsing)
+    fields without `file`, `callbackUrl` and `endpoint` (the document's bytes are stored
+    beside the job). `endpoint` is the path of the route its pages go to (gateway/endpoint.py):
+    kept in the spec's JSON, so a job submitted to one gateway runs as the same endpoint on
+    any other, through either store; a record written before jobs had one is an /ocr job."""
 
     kind: str  # "pdf", "tiff" (a multi-page TIFF, by frames) or "image" (sent whole)
     log_id: str
@@ -42,6 +46,7 @@ class JobSpec:
     callback_url: str | None = None
     base_url: str = ""  # where the job was submitted, for URLs in the callback
     cache_control: str | None = None  # the request's Cache-Control (the page cache)
+    endpoint: str = OCR.path  # "/ocr" or "/layout-parsing"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -51,6 +56,11 @@ class JobSpec:
         data = json.loads(text)
         data["page_indices"] = tuple(data["page_indices"])
         return cls(**data)
+
+    @property
+    def route(self) -> Endpoint:
+        """The Endpoint the job's pages go to, and its result names them by."""
+        return by_path(self.endpoint)
 
 
 @dataclass

@@ -257,7 +257,7 @@ class JobRunner:
         fields = dict(job.spec.fields)
         if job.spec.kind != "image":
             fields["pageRange"] = page_range_text(remaining)
-        plan = self.service.plan(fields, document)
+        plan = self.service.plan(fields, document, job.spec.route)  # /ocr or /layout-parsing
         # batch priority: jobs never starve interactive /ocr calls
         policy = self.service.cache_policy(job.client, job.spec.cache_control)
         outcomes = self.service.pages_in_order(plan, keep_sending=keep_sending,
