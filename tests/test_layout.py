@@ -74,7 +74,8 @@ def test_layout_nms_keeps_the_best_of_overlapping_boxes():
     {"useSealRecognition": True}, {"useFormulaRecognition": True},
     {"useRegionDetection": True}, {"layoutNms": False}, {"layoutUnclipRatio": 1.5},
     {"outputFormats": ["docx"]}, {"visualize": True}, {"textLayer": "auto"},
-    {"useE2eWiredTableRecModel": True}, {"layoutThreshold": 2},
+    {"useE2eWirelessTableRecModel": False}, {"useWirelessTableCellsTransToHtml": True},
+    {"useE2eWiredTableRecModel": "yes"}, {"layoutThreshold": 2},
     {"layoutThreshold": {"12": 0.3}}, {"markdownIgnoreLabels": "header"},
     {"useTableRecognition": "yes"},
 ])
@@ -187,3 +188,97 @@ def test_a_report_page_comes_back_as_heading_paragraphs_and_table():
     cells = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in rows]
     assert cells == layout_pages.TABLE, cells
     paddlex_validates([(request, answer)])
+
+
+# ---- ruled tables (services/layout/ruled.py) ----------------------------------------------------
+def table_crop(kind: str, dpi: int = 150):
+    """A generated table (loadtest/table_corpus.py), its crop (BGR, a few points of margin),
+    its text boxes in crop pixels and its HTML."""
+    import cv2
+
+    from loadtest import table_corpus
+
+    spec = table_corpus.make_table(kind, 0)
+    page = table_corpus.render(spec, dpi)
+    x0, y0, x1, y1 = page.info["table_box"]
+    pad = int(4 * dpi / 72)
+    x0, y0 = x0 - pad, y0 - pad
+    crop = cv2.cvtColor(np.asarray(page), cv2.COLOR_RGB2BGR)[y0:y1 + pad, x0:x1 + pad]
+    words = [([b[0] - x0, b[1] - y0, b[2] - x0, b[3] - y0], text)
+             for b, text in page.info["words"]]
+    return crop, words, spec.html()
+
+
+def test_the_switch_tells_ruled_tables_from_unruled_ones_by_their_rules():
+    from services.layout import ruled
+
+    for kind, expected in (("ruled", True), ("spanning", True), ("unruled", False)):
+        crop, _, _ = table_crop(kind)
+        assert ruled.is_ruled(crop) is expected, (kind, ruled.rulings(crop))
+    blank = np.full((200, 400, 3), 255, np.uint8)
+    assert ruled.rulings(blank) == (0, 0) and not ruled.is_ruled(blank)
+
+
+def test_cells_in_a_grid_become_rows_and_columns_with_spans():
+    """TableRecover's decoding on cell polygons ([tl, bl, br, tr]): a header cell over two
+    columns and a first-column cell over two rows."""
+    from services.layout import ruled
+
+    def quad(x0, y0, x1, y1):
+        return [[x0, y0], [x0, y1], [x1, y1], [x1, y0]]
+
+    cells = [quad(0, 0, 100, 80), quad(100, 0, 300, 40), quad(100, 40, 200, 80),
+             quad(200, 40, 300, 80), quad(0, 80, 100, 160), quad(100, 80, 200, 120),
+             quad(200, 80, 300, 120), quad(100, 120, 200, 160), quad(200, 120, 300, 160)]
+    logic = ruled.logical_cells(np.array(cells, dtype=float))
+    assert logic.tolist() == [[0, 1, 0, 0], [0, 0, 1, 2], [1, 1, 1, 1], [1, 1, 2, 2],
+                              [2, 3, 0, 0], [2, 2, 1, 1], [2, 2, 2, 2], [3, 3, 1, 1],
+                              [3, 3, 2, 2]]
+    html = ruled.to_html(logic, ["A", "B & C", "b", "c", "x", "1", "2", "3", "4"])
+    assert html == ('<html><body><table><tr><td rowspan="2">A</td><td colspan="2">B &amp; C'
+                    '</td></tr><tr><td>b</td><td>c</td></tr><tr><td rowspan="2">x</td>'
+                    '<td>1</td><td>2</td></tr><tr><td>3</td><td>4</td></tr></table>'
+                    '</body></html>')
+
+
+@pytest.mark.parametrize("dpi", [150, 300])
+def test_a_ruled_table_with_spanning_cells_is_read_by_the_line_model(dpi):
+    from services.layout import ruled
+    from services.layout.models import LayoutModels
+    from services.ocr_worker.config import WorkerConfig
+
+    models = LayoutModels(WorkerConfig().model_dir)
+    crop, words, truth = table_crop("spanning", dpi)
+    html, boxes = ruled.recognise(crop, words, models.ruled_lines)
+    assert html == truth
+    assert len(boxes) == truth.count("<td")
+
+
+def test_ruled_tables_go_to_the_line_model_unless_the_request_asks_for_the_structure_model():
+    from services.layout import page as layout_page
+    from services.layout.order import Block, Line
+
+    crop, words, _ = table_crop("ruled")
+    lines = [Line(tuple(box), text) for box, text in words]
+    block = Block("table", (0, 0, crop.shape[1], crop.shape[0]), list(range(len(lines))))
+    calls = []
+
+    def structure(tensor):
+        calls.append("slanet")
+        raise RuntimeError("stop here")
+
+    def line_model(tensor):
+        calls.append("ruled")
+        return np.zeros(tensor.shape[2:], np.int64)  # no lines: no cells, so SLANet_plus
+
+    with pytest.raises(RuntimeError):
+        layout_page.recognise_table(crop, block, lines, structure, [], line_model)
+    assert calls == ["ruled", "slanet"]
+    calls.clear()
+    with pytest.raises(RuntimeError):
+        layout_page.recognise_table(crop, block, lines, structure, [], None)
+    assert calls == ["slanet"]
+    options, forward = parse_layout_fields({"useE2eWiredTableRecModel": True,
+                                            "useWiredTableCellsTransToHtml": True})
+    assert options.use_e2e_wired_table_rec_model and options.use_wired_table_cells_trans_to_html
+    assert forward == {"useE2eWiredTableRecModel": True, "useWiredTableCellsTransToHtml": True}

@@ -16,9 +16,11 @@ from . import tables
 
 LAYOUT_FILE = "layout_cdla.onnx"
 TABLE_FILE = "slanet-plus.onnx"
+RULED_FILE = "cycle_center_net_v2.onnx"  # ruled tables' lines (services/layout/ruled.py)
 SHA256 = {  # as scripts/fetch_layout_models.py records them
     LAYOUT_FILE: "25b1f27ec56aa932a48f30cbd6293c358a156280f4b20b0a973bab210c39f62c",
     TABLE_FILE: "d57a942af6a2f57d6a4a0372573c696a2379bf5857c45e2ac69993f3b334514b",
+    RULED_FILE: "0ea48d3a17e35ef5c2e498a5e799566073234d39b1079ca21d9f4fafe73c6d20",
 }
 
 
@@ -31,13 +33,14 @@ def _sha256(path: str) -> str:
 
 
 class LayoutModels:
-    """PicoDet-CDLA and SLANet_plus sessions, loaded on first use."""
+    """PicoDet-CDLA, SLANet_plus and the ruled-table line model's sessions, loaded on first
+    use."""
 
     def __init__(self, model_dir: str, threads: int = 1):
         self.directory = os.path.join(model_dir, "layout")
         self.threads = threads
         self._lock = threading.Lock()
-        self._layout = self._table = None
+        self._layout = self._table = self._ruled = None
         self.table_vocab: list[str] = []
 
     def missing(self) -> str | None:
@@ -70,10 +73,10 @@ class LayoutModels:
                                        f"{expected}: run `make models` again")
                 sessions.append(ort.InferenceSession(path, options,
                                                      providers=["CPUExecutionProvider"]))
-            layout, table = sessions
+            layout, table, ruled = sessions
             self.table_vocab = tables.vocabulary(
                 table.get_modelmeta().custom_metadata_map["character"])
-            self._table, self._layout = table, layout
+            self._table, self._ruled, self._layout = table, ruled, layout
 
     def detect(self, tensor: np.ndarray) -> list[np.ndarray]:
         self.load()
@@ -83,3 +86,9 @@ class LayoutModels:
         self.load()
         loc, probs = self._table.run(None, {self._table.get_inputs()[0].name: tensor})
         return loc, probs
+
+    def ruled_lines(self, tensor: np.ndarray) -> np.ndarray:
+        """The ruled-table model's line mask (h × w: 0 background, 1 horizontal, 2 vertical)
+        for ruled.preprocess()'s tensor."""
+        self.load()
+        return self._ruled.run(None, {self._ruled.get_inputs()[0].name: tensor})[0][0][0]

@@ -31,6 +31,13 @@ def layout_fields() -> dict[str, dict[str, Any]]:
         "markdownIgnoreLabels": {"type": ["array", "null"], "items": {"type": "string"},
                                  "description": "Block labels left out of the Markdown"},
         "prettifyMarkdown": {**BOOL_OR_NULL, "description": "Tables and captions centred"},
+        "useE2eWiredTableRecModel": {
+            **BOOL_OR_NULL, "description": "Ruled tables (found by their ruling lines) by the "
+                                           "structure model alone, SLANet_plus, instead of "
+                                           "their line model's cells (default false)"},
+        "useWiredTableCellsTransToHtml": {
+            **BOOL_OR_NULL, "description": "A ruled table's HTML from its detected cells: "
+                                           "what the ruled path always does (either value)"},
     })
     for name, (accepted, why) in _FIXED.items():
         if name not in fields:

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import markdown, regions as layout_regions, tables
+from . import markdown, regions as layout_regions, ruled, tables
 from .request import LayoutOptions
 from .order import (Block, Line, assign_lines, group_loose_lines, reading_order, sort_lines,
                     split_paragraphs)
@@ -60,9 +60,13 @@ def name_titles(blocks: list[Block], lines: list[Line]) -> None:
 def parse_page(image: np.ndarray, ocr: dict[str, Any], options: LayoutOptions,
                detect: Callable[[np.ndarray], list[np.ndarray]],
                table_structure: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
-               table_vocab: list[str]) -> tuple[dict[str, Any], str]:
+               table_vocab: list[str],
+               ruled_lines: Callable[[np.ndarray], np.ndarray] | None = None
+               ) -> tuple[dict[str, Any], str]:
     """(prunedResult, Markdown) for one page. `detect`: the layout model on its
-    preprocessed input; `table_structure`: SLANet_plus on its preprocessed input."""
+    preprocessed input; `table_structure`: SLANet_plus on its preprocessed input;
+    `ruled_lines`: the ruled-table line model on its (None: every table goes to
+    SLANet_plus)."""
     height, width = image.shape[:2]
     found = layout_regions.postprocess(detect(layout_regions.preprocess(image)),
                                        (height, width), options.layout_threshold)
@@ -82,8 +86,9 @@ def parse_page(image: np.ndarray, ocr: dict[str, Any], options: LayoutOptions,
     table_results = []
     for block in ordered:
         if block.label == "table" and options.use_table_recognition:
-            block.content, table_json = recognise_table(image, block, lines, table_structure,
-                                                        table_vocab)
+            block.content, table_json = recognise_table(
+                image, block, lines, table_structure, table_vocab,
+                None if options.use_e2e_wired_table_rec_model else ruled_lines)
             table_json["table_region_id"] = len(table_results)
             table_results.append(table_json)
         elif block.label != "image":
@@ -118,20 +123,28 @@ def _cls_id(label: str) -> int:
 
 
 def recognise_table(image: np.ndarray, block: Block, lines: list[Line],
-                    table_structure, vocab: list[str]) -> tuple[str, dict[str, Any]]:
-    """The table block's HTML, its cells filled from the OCR lines inside it."""
+                    table_structure, vocab: list[str], ruled_lines=None
+                    ) -> tuple[str, dict[str, Any]]:
+    """The table block's HTML, its cells filled from the OCR lines inside it: a ruled table
+    (long rules both ways in its crop) from the line model's cells when `ruled_lines` is
+    given and finds cells, any other from SLANet_plus's structure."""
     x0, y0, x1, y1 = (int(max(0, v)) for v in block.box)
     x1, y1 = min(x1, image.shape[1]), min(y1, image.shape[0])
     crop = image[y0:y1, x0:x1]
     if crop.size == 0:
         return "", {"pred_html": "", "cell_box_list": []}
-    tensor, _ = tables.preprocess(crop)
-    loc, probs = table_structure(tensor)
-    tokens, cells = tables.decode(loc, probs, vocab, crop.shape[:2])
     inside = [(list(np.subtract(lines[i].box, (x0, y0, x0, y0))), lines[i].text)
               for i in block.lines]
-    matched = tables.match_lines(cells, inside)
-    table_html = tables.to_html(tokens, matched, [text for _, text in inside])
+    found = ruled.recognise(crop, inside, ruled_lines) \
+        if ruled_lines is not None and ruled.is_ruled(crop) else None
+    if found is not None:
+        table_html, cells = found
+    else:
+        tensor, _ = tables.preprocess(crop)
+        loc, probs = table_structure(tensor)
+        tokens, cells = tables.decode(loc, probs, vocab, crop.shape[:2])
+        matched = tables.match_lines(cells, inside)
+        table_html = tables.to_html(tokens, matched, [text for _, text in inside])
     cell_boxes = [[round(float(v) + off, 2) for v, off in zip(cell, (x0, y0, x0, y0))]
                   for cell in cells]
     return table_html, {"pred_html": table_html, "cell_box_list": cell_boxes,

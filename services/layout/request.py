@@ -22,6 +22,13 @@ class LayoutOptions:
     layout_threshold: float | dict[int, float] = DEFAULT_THRESHOLD
     markdown_ignore_labels: list[str] = field(default_factory=lambda: list(DEFAULT_IGNORE))
     pretty_markdown: bool = True
+    # ruled tables (services/layout/ruled.py): PaddleX's useE2eWiredTableRecModel, true = the
+    # structure model alone (SLANet_plus here) for them too, no cell detection
+    use_e2e_wired_table_rec_model: bool = False
+    # PaddleX's useWiredTableCellsTransToHtml: a ruled table's HTML built from its detected
+    # cells, which is how the ruled path always builds it; false (PaddleX's default) is taken
+    # and gives the same (no wired structure model is loaded to combine with the cells)
+    use_wired_table_cells_trans_to_html: bool = False
 
     def settings(self) -> dict[str, Any]:
         """PaddleX's model_settings for what ran."""
@@ -41,12 +48,13 @@ _FIXED: dict[str, tuple[tuple[Any, ...], str]] = {
     "useRegionDetection": ((False,), "no region detection model is loaded"),
     "formatBlockContent": ((False,), "block content is given unformatted"),
     "layoutNms": ((True,), "the layout model's boxes always go through NMS"),
-    "useWiredTableCellsTransToHtml": ((False,), "tables come from SLANet_plus's structure"),
-    "useWirelessTableCellsTransToHtml": ((False,), "tables come from SLANet_plus's structure"),
+    "useWirelessTableCellsTransToHtml": ((False,), "no cell detection model for unruled "
+                                                   "tables is loaded: they come from "
+                                                   "SLANet_plus's structure"),
     "useOcrResultsWithTableCells": ((True,), "table cells are always filled from the OCR "
                                              "lines"),
-    "useE2eWiredTableRecModel": ((False,), "only the SLANet_plus table model is loaded"),
-    "useE2eWirelessTableRecModel": ((True,), "only the SLANet_plus table model is loaded"),
+    "useE2eWirelessTableRecModel": ((True,), "no cell detection model for unruled tables is "
+                                             "loaded: they come from SLANet_plus's structure"),
     "visualize": ((False,), "layout parsing returns no visualization images here"),
     "textLayer": (("ignore",), "layout parsing reads every page with OCR"),
 }
@@ -63,8 +71,13 @@ _NULL_ONLY = {
 # (no tables are rotated by the generator; no formulas, no images are returned)
 IGNORED_HARMLESS = ("useTableOrientationClassify", "showFormulaNumber",
                     "returnMarkdownImages")
-LAYOUT_FIELDS = ("useTableRecognition", "layoutThreshold", "markdownIgnoreLabels",
-                 "prettifyMarkdown", *_FIXED, *_NULL_ONLY, *IGNORED_HARMLESS)
+# booleans taken as they are: field -> LayoutOptions attribute
+_TAKEN = {"useTableRecognition": "use_table_recognition",
+          "prettifyMarkdown": "pretty_markdown",
+          "useE2eWiredTableRecModel": "use_e2e_wired_table_rec_model",
+          "useWiredTableCellsTransToHtml": "use_wired_table_cells_trans_to_html"}
+LAYOUT_FIELDS = ("layoutThreshold", "markdownIgnoreLabels", *_TAKEN, *_FIXED, *_NULL_ONLY,
+                 *IGNORED_HARMLESS)
 
 
 def _refuse(name: str, value: Any, why: str) -> None:
@@ -123,17 +136,14 @@ def parse_layout_fields(fields: Mapping[str, Any]) -> tuple[LayoutOptions, dict[
             _boolean(name, fields[name])
     options = LayoutOptions()
     forward: dict[str, Any] = {}
-    if fields.get("useTableRecognition") is not None:
-        options.use_table_recognition = _boolean("useTableRecognition",
-                                                 fields["useTableRecognition"])
-        forward["useTableRecognition"] = options.use_table_recognition
+    for name, attribute in _TAKEN.items():
+        if fields.get(name) is not None:
+            setattr(options, attribute, _boolean(name, fields[name]))
+            forward[name] = getattr(options, attribute)
     if fields.get("layoutThreshold") is not None:
         options.layout_threshold = _threshold(fields["layoutThreshold"])
         forward["layoutThreshold"] = fields["layoutThreshold"]
     if fields.get("markdownIgnoreLabels") is not None:
         options.markdown_ignore_labels = _labels(fields["markdownIgnoreLabels"])
         forward["markdownIgnoreLabels"] = options.markdown_ignore_labels
-    if fields.get("prettifyMarkdown") is not None:
-        options.pretty_markdown = _boolean("prettifyMarkdown", fields["prettifyMarkdown"])
-        forward["prettifyMarkdown"] = options.pretty_markdown
     return options, forward

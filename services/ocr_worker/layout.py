@@ -55,7 +55,8 @@ class LayoutStage:
         try:
             self.models.load()
             pruned, text = parse_page(image, ocr, options, self.models.detect,
-                                      self.models.table_structure, self.models.table_vocab)
+                                      self.models.table_structure, self.models.table_vocab,
+                                      self.models.ruled_lines)
         except ApiError:
             raise
         except Exception as exc:
