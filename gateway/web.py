@@ -1,6 +1,6 @@
 """The gateway's web page: `/` (gateway/ui/index.html), its static assets under `/ui/`, and
 `GET /fleet`, the small JSON view of the fleet the page polls. The page itself talks only to
-`POST /ocr` (NDJSON stream) and `/fleet`; every asset is served from here, and a
+`POST /ocr` and `POST /layout-parsing` (NDJSON streams) and `/fleet`; every asset is served from here, and a
 Content-Security-Policy keeps the browser from loading anything else.
 
 `/fleet` lists the replicas the gateway sends to and, in `workers`, the worker processes it

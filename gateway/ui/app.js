@@ -1,7 +1,9 @@
 // ocrfleet's web page: send a document to POST /ocr as an NDJSON stream, draw each page as it
 // arrives (the page image the worker saw, the detected boxes over it, the recognised lines
-// beside it), offer copies and downloads, and poll GET /fleet. Plain JavaScript, no build step,
-// no request leaves the gateway's origin.
+// beside it), offer copies and downloads, and poll GET /fleet. Or, "Layout → Markdown": send it
+// to POST /layout-parsing and show each page's Markdown rendered (headings, paragraphs, tables
+// as real tables) by the small renderer below, which turns no document text into markup.
+// Plain JavaScript, no build step, no library, no request leaves the gateway's origin.
 "use strict";
 
 (() => {
@@ -28,21 +30,27 @@
   const el = {
     form: $("#ocr-form"), file: $("#file"), fileName: $("#file-name"), drop: $("#drop"),
     pageRange: $("#page-range"), detLimit: $("#det-limit"), detLimitType: $("#det-limit-type"),
-    scoreThresh: $("#score-thresh"), submit: $("#submit"), cancel: $("#cancel"),
+    scoreThresh: $("#score-thresh"), submit: $("#submit"), submitLayout: $("#submit-layout"),
+    cancel: $("#cancel"),
     status: $("#status"), message: $("#message"), progress: $("#progress"),
     progressText: $("#progress-text"), progressBlock: $("#progress-block"),
     docActions: $("#doc-actions"), pages: $("#pages"),
     apiKey: $("#api-key"), fleetSummary: $("#fleet-summary"),
     fleetBody: $("#fleet-table tbody"), fleetError: $("#fleet-error"),
-    template: $("#page-template"),
+    template: $("#page-template"), layoutTemplate: $("#layout-page-template"),
+  };
+  // what each button asks for: the route, and what the page calls its entries
+  const MODES = {
+    ocr: { path: "/ocr", results: "ocrResults", busy: "Reading…" },
+    layout: { path: "/layout-parsing", results: "layoutParsingResults", busy: "Parsing…" },
   };
 
   // ---- one run: everything about the document being read --------------------------------
   let run = null;
 
-  function newRun(file, fields, kind) {
+  function newRun(file, fields, kind, mode = "ocr") {
     return {
-      file, fields, kind, base: file.name.replace(/\.[^.]+$/, "") || "document",
+      file, fields, kind, mode, base: file.name.replace(/\.[^.]+$/, "") || "document",
       pages: [], summary: null, logId: null, total: null, started: performance.now(),
       finished: null, controller: new AbortController(), urls: [],
     };
@@ -57,8 +65,10 @@
   // A PDF or TIFF page is drawn from the worker's inputImage (the page exactly as it was
   // read), so those ask for `visualize`; an image is drawn from the upload itself, so it
   // spares the workers the visualization.
-  function readFields(kind) {
-    const fields = { visualize: String(kind !== "image"), returnPartialResults: "true" };
+  // Layout parsing returns no visualization images (it refuses `visualize: true`).
+  function readFields(kind, mode = "ocr") {
+    const fields = { returnPartialResults: "true" };
+    if (mode === "ocr") fields.visualize = String(kind !== "image");
     const pageRange = el.pageRange.value.trim();
     if (pageRange) fields.pageRange = pageRange;
     if (el.detLimit.value !== "") fields.textDetLimitSideLen = el.detLimit.value;
@@ -115,11 +125,12 @@
     if (run) run.controller.abort();
     clearRun();
     const kind = await sniffKind(file);
-    run = newRun(file, readFields(kind), kind);
+    const mode = event.submitter === el.submitLayout ? "layout" : "ocr";
+    run = newRun(file, readFields(kind, mode), kind, mode);
     const current = run;
-    setBusy(true);
+    setBusy(true, mode);
     try {
-      const response = await fetch("/ocr", {
+      const response = await fetch(MODES[mode].path, {
         method: "POST", body: formData(file, current.fields), signal: current.controller.signal,
         headers: { ...auth(), Accept: NDJSON },
       });
@@ -144,6 +155,7 @@
         current.finished = performance.now();
         updateProgress(current);
         setBusy(false);
+        showActionsFor(current.mode);
         el.docActions.hidden = !current.pages.length;
         el.progressBlock.hidden = !current.pages.length && !current.summary;
       }
@@ -182,10 +194,11 @@
     } else if ("pageIndex" in line) {
       if (typeof line.numPages === "number") current.total = line.numPages;
       const page = { index: line.pageIndex, ocrResult: line.ocrResult || null,
-        pageInfo: line.pageInfo || null, errorCode: line.errorCode || 0,
+        layoutResult: line.layoutParsingResult || null, pageInfo: line.pageInfo || null, errorCode: line.errorCode || 0,
         errorMsg: line.errorMsg || "", cached: line.cached === true };
       current.pages.push(page);
       el.pages.append(renderPage(current, page));
+      showActionsFor(current.mode);
       el.docActions.hidden = false;
     } else if (typeof line.numPages === "number") {
       current.total = line.numPages;  // a leading "how many pages" line, where a gateway sends one
@@ -234,7 +247,8 @@
 
   // ---- drawing a page -------------------------------------------------------------------
   function renderPage(current, page) {
-    const node = el.template.content.firstElementChild.cloneNode(true);
+    const template = current.mode === "layout" ? el.layoutTemplate : el.template;
+    const node = template.content.firstElementChild.cloneNode(true);
     node.dataset.pageIndex = page.index;
     node.id = `page-${page.index + 1}`;
     node.querySelector("h3").textContent = `Page ${page.index + 1}`;
@@ -253,6 +267,7 @@
           JSON.stringify(pageEnvelope(current, page), null, 2), "application/json")));
       return node;
     }
+    if (current.mode === "layout") return renderLayoutPage(current, page, node);
     const pruned = page.ocrResult.prunedResult || {};
     const texts = pruned.rec_texts || [];
     const shapes = boxShapes(pruned);
@@ -378,6 +393,146 @@
     });
   }
 
+  // ---- a layout page: its Markdown rendered, and its source ------------------------------
+  function renderLayoutPage(current, page, node) {
+    const markdown = pageMarkdown(page);
+    const blocks = ((page.layoutResult || {}).prunedResult || {}).parsing_res_list || [];
+    const tables = blocks.filter((block) => block.block_label === "table").length;
+    node.querySelector(".page-meta").textContent =
+      `${blocks.length} block${blocks.length === 1 ? "" : "s"}`
+      + ` · ${tables} table${tables === 1 ? "" : "s"}`;
+    node.querySelector(".markdown").append(renderMarkdown(markdown));
+    node.querySelector(".md-source pre").textContent = markdown;
+    const name = `${current.base}-page-${page.index + 1}`;
+    node.querySelector('[data-action="copy-md"]').addEventListener("click",
+      (event) => copyText(event.currentTarget, markdown));
+    node.querySelector('[data-action="md"]').addEventListener("click", () =>
+      download(`${name}.md`, markdown, "text/markdown"));
+    node.querySelector('[data-action="json"]').addEventListener("click", () =>
+      download(`${name}.json`, JSON.stringify(pageEnvelope(current, page), null, 2),
+        "application/json"));
+    return node;
+  }
+
+  // One page's Markdown as the gateway's text/markdown answer has it: a failed page is a
+  // comment naming it, so the pages after it keep their place.
+  function pageMarkdown(page) {
+    if (page.errorCode) {
+      return `<!-- page ${page.index + 1}: ${page.errorMsg.replaceAll("--", "- -")} -->`;
+    }
+    return String(((page.layoutResult || {}).markdown || {}).text || "");
+  }
+
+  // The whole document's Markdown: every page's in order, a `---` rule between pages (as
+  // services/layout/markdown.document_markdown writes it).
+  function documentMarkdown(current) {
+    return sortedPages(current).map((page) => pageMarkdown(page).trim())
+      .join("\n\n---\n\n") + "\n";
+  }
+
+  // ---- Markdown, rendered safely ---------------------------------------------------------
+  // Layout parsing's Markdown is headings, paragraphs, tables as HTML (PaddleX's, cells
+  // escaped), centred captions and formulas. Its text is the document's, which anyone can
+  // write: nothing of it may become markup. So every block is built with createElement and
+  // text nodes, never innerHTML; of the HTML only a table's structure is rebuilt (table,
+  // thead, tbody, tr, th, td, with colspan and rowspan as small numbers: nothing else), and
+  // every other tag (<script>, <img onerror>, <a href>, ...) is shown as the text it is.
+  const TABLE_TAGS = new Set(["table", "thead", "tbody", "tr", "th", "td"]);
+  const TABLE_PARENTS = { thead: ["table"], tbody: ["table"], tr: ["table", "thead", "tbody"],
+    td: ["tr"], th: ["tr"] };
+  const TAG = /<(\/?)([A-Za-z][A-Za-z0-9]*)\b([^<>]*)>/g;
+  const SPAN = /\b(colspan|rowspan)\s*=\s*(["']?)(\d{1,4})\2/gi;
+  const MAX_SPAN = 1000;
+  const CENTERED = /^<div style="text-align: center;">([\s\S]*)<\/div>$/;
+  const ENTITIES = { amp: "&", lt: "<", gt: ">", quot: "\"", apos: "'", nbsp: "\u00a0" };
+
+  function renderMarkdown(text) {
+    const fragment = document.createDocumentFragment();
+    for (const raw of String(text || "").replace(/\r\n?/g, "\n").split(/\n[ \t]*\n/)) {
+      const block = raw.trim();
+      if (block) fragment.append(renderBlock(block));
+    }
+    return fragment;
+  }
+
+  function renderBlock(block) {
+    const heading = /^(#{1,6})[ \t]+([^\n]+)$/.exec(block);
+    if (heading) {
+      return element(`h${heading[1].length}`, heading[2].replace(/[ \t]+#+[ \t]*$/, ""));
+    }
+    if (/^(?:-{3,}|\*{3,}|_{3,})$/.test(block)) return document.createElement("hr");
+    const formula = /^\$\$([\s\S]+)\$\$$/.exec(block);
+    if (formula) return element("pre", formula[1].trim(), "formula");
+    const comment = /^<!--([\s\S]*?)-->$/.exec(block);  // a failed page's note
+    if (comment) return element("p", comment[1].trim(), "note");
+    const centered = CENTERED.exec(block);  // prettifyMarkdown's wrapper of tables, captions
+    if (centered) return withTables(element("div", null, "center"), centered[1]);
+    if (/<table\b/i.test(block)) return withTables(element("div", null, "table-block"), block);
+    return element("p", block);
+  }
+
+  function element(name, text, className) {
+    const node = document.createElement(name);
+    if (text != null) node.textContent = text;
+    if (className) node.className = className;
+    return node;
+  }
+
+  // `html`'s table structure rebuilt inside `container`; its text, and every tag that is no
+  // table's, as text nodes.
+  function withTables(container, html) {
+    const stack = [container];
+    const top = () => stack[stack.length - 1];
+    const text = (value) => {
+      const node = top();
+      const inCell = node === container || node.localName === "td" || node.localName === "th";
+      if (value && (inCell || value.trim())) {
+        node.append(document.createTextNode(decodeEntities(value)));
+      }
+    };
+    let last = 0;
+    for (const match of html.matchAll(TAG)) {
+      text(html.slice(last, match.index));
+      last = match.index + match[0].length;
+      const name = match[2].toLowerCase();
+      if (!TABLE_TAGS.has(name)) {
+        text(match[0]);  // shown, never made
+        continue;
+      }
+      if (match[1]) {  // a closing tag: back out of its element, when one is open
+        const at = stack.map((node) => node.localName).lastIndexOf(name);
+        if (at > 0) stack.length = at;
+        continue;
+      }
+      const parents = TABLE_PARENTS[name];
+      if (parents) {  // a row or cell closes the open cell or row before it, as HTML does
+        const at = Math.max(...parents.map((parent) =>
+          stack.map((node) => node.localName).lastIndexOf(parent)));
+        if (at > 0) stack.length = at + 1;
+      }
+      const node = document.createElement(name);
+      if (name === "td" || name === "th") {
+        for (const [, attribute, , value] of match[3].matchAll(SPAN)) {
+          const span = parseInt(value, 10);
+          if (span >= 1 && span <= MAX_SPAN) node.setAttribute(attribute.toLowerCase(), String(span));
+        }
+      }
+      top().append(node);
+      stack.push(node);
+    }
+    text(html.slice(last));
+    return container;
+  }
+
+  function decodeEntities(text) {
+    return text.replace(/&(#x[0-9a-fA-F]{1,6}|#[0-9]{1,7}|[A-Za-z]{2,6});/g, (whole, name) => {
+      if (name[0] !== "#") return ENTITIES[name.toLowerCase()] ?? whole;
+      const code = name[1] === "x" ? parseInt(name.slice(2), 16) : parseInt(name.slice(1), 10);
+      const valid = code > 0 && code <= 0x10ffff && !(code >= 0xd800 && code <= 0xdfff);
+      return valid ? String.fromCodePoint(code) : whole;
+    });
+  }
+
   // ---- text, JSON and downloads ---------------------------------------------------------
   function pageText(page) {
     if (page.errorCode) return "";
@@ -406,7 +561,13 @@
     return info;
   }
 
-  function pageEntry(page) {
+  function pageEntry(current, page) {
+    if (current.mode === "layout") {
+      if (!page.errorCode) return page.layoutResult;
+      return { prunedResult: {}, markdown: { text: "", isStart: true, isEnd: true, images: {} },
+        outputImages: null, inputImage: null,
+        error: { errorCode: page.errorCode, errorMsg: page.errorMsg } };
+    }
     if (!page.errorCode) return page.ocrResult;
     return { prunedResult: null, ocrImage: null, docPreprocessingImage: null, inputImage: null,
       error: { errorCode: page.errorCode, errorMsg: page.errorMsg } };
@@ -416,8 +577,9 @@
     if (page.errorCode) {
       return { logId: current.logId, errorCode: page.errorCode, errorMsg: page.errorMsg };
     }
-    return { logId: current.logId, result: { ocrResults: [page.ocrResult],
-      dataInfo: dataInfo(current, [page], true) }, errorCode: 0, errorMsg: "Success" };
+    return { logId: current.logId, result: { [MODES[current.mode].results]:
+      [pageEntry(current, page)], dataInfo: dataInfo(current, [page], true) },
+    errorCode: 0, errorMsg: "Success" };
   }
 
   // The PaddleX envelope the gateway's non-streamed answer would be (with
@@ -425,7 +587,7 @@
   function documentEnvelope(current) {
     const pages = sortedPages(current);
     const read = pages.filter((p) => !p.errorCode);
-    const result = { ocrResults: pages.map(pageEntry),
+    const result = { [MODES[current.mode].results]: pages.map((p) => pageEntry(current, p)),
       dataInfo: current.summary?.result?.dataInfo
         || dataInfo(current, read, Boolean(current.fields.pageRange)) };
     const failed = pages.filter((p) => p.errorCode);
@@ -525,11 +687,22 @@
     el.progressBlock.hidden = false;
   }
 
-  function setBusy(busy) {
-    el.submit.disabled = busy;
+  function setBusy(busy, mode = "ocr") {
+    for (const [button, label, own] of [[el.submit, "Read the text", "ocr"],
+      [el.submitLayout, "Layout → Markdown", "layout"]]) {
+      button.disabled = busy;
+      button.textContent = busy && mode === own ? MODES[own].busy : label;
+    }
     el.cancel.disabled = !busy;
-    el.submit.textContent = busy ? "Reading…" : "Read the text";
     el.status.setAttribute("aria-busy", String(busy));
+  }
+
+  // The document's buttons for what the run asked for: text and the searchable PDF for OCR,
+  // the Markdown for layout parsing; JSON for both.
+  function showActionsFor(mode) {
+    for (const button of el.docActions.querySelectorAll("[data-mode]")) {
+      button.hidden = button.dataset.mode !== mode;
+    }
   }
 
   function chooseFile(files) {
@@ -661,10 +834,16 @@
       documentText(run), "text/plain"));
     $("#doc-pdf").addEventListener("click", (event) =>
       downloadSearchablePdf(event.currentTarget));
+    $("#doc-md-copy").addEventListener("click", (event) =>
+      run && copyText(event.currentTarget, documentMarkdown(run)));
+    $("#doc-md").addEventListener("click", () => run && download(`${run.base}.md`,
+      documentMarkdown(run), "text/markdown"));
     setInterval(() => run && !run.finished && updateProgress(run), 500);
     pollFleet();
   }
 
-  window.ocrfleet = { progressText, boxShapes, documentText: () => run && documentText(run) };
+  window.ocrfleet = { progressText, boxShapes, renderMarkdown,
+    documentText: () => run && documentText(run),
+    documentMarkdown: () => run && documentMarkdown(run) };
   start();
 })();
