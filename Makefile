@@ -15,7 +15,7 @@ export PYTHONPATH := $(CURDIR)
 
 .PHONY: install system-deps models run worker test test-fast bench bench-scaling bench-overload \
 	bench-fleet \
-	bench-accuracy bench-cache bench-gateway-memory bench-paddlex loadtest k8s-validate screenshots lock audit container-deps \
+	bench-accuracy bench-cache bench-gateway-memory bench-paddlex bench-layout loadtest k8s-validate screenshots lock audit container-deps \
 	images image-test image-smoke docs clean fuzz
 
 install: system-deps $(STAMP) $(MODELS_STAMP) $(LAYOUT_STAMP)
@@ -102,6 +102,12 @@ bench-accuracy: install
 
 bench-paddlex: install
 	$(PY) -m loadtest.bench_paddlex
+
+# /layout-parsing on one in-process worker: TEDS on the generated table corpus (ruled, unruled,
+# spanning; 150/300 dpi; clean and scanned), region F1 on the accuracy corpus, pages/s vs /ocr
+# (docs/benchmarks.md; writes docs/figures/layout.json)
+bench-layout: install
+	$(PY) -m loadtest.bench_layout
 
 # `make loadtest`: Locust, headless, against a running fleet (loadtest/README.md: the knobs);
 # it fails when a request failed (a wrong answer counts) or HOST is not ready (and says which)

@@ -205,3 +205,28 @@ def test_cache_benchmark_smoke(results, monkeypatch):
     assert runs["pdf40_of_4_cold"]["pagesRead"] == 4 and runs["batch_rerun"]["pagesRead"] == 0
     assert [m["store"] for m in result["miss"]] == ["SQLite", "Redis on loopback"]
     assert "the same, warm" in bench_cache.table(result)
+
+
+def test_layout_benchmark_smoke(results, monkeypatch):
+    """`make bench-layout`'s code path on one table of each kind and one region page, with the
+    sim engine (one fixed line per page: the tables' structure is the real models', their text
+    is not read) and the real layout models."""
+    from loadtest import bench_layout
+
+    monkeypatch.setenv("OCR_ENGINE", "sim")
+    monkeypatch.setenv("OCR_SIM_PAGE_MS", "1")
+    settings = bench_layout.Settings(tables=1, dpis=[150], pages=1, degraded=[False])
+    result = bench_layout.measure(settings)
+    assert result["failures"] == 0, result["failure_samples"]
+    assert [t["kind"] for t in result["tables"]] == ["ruled", "unruled", "spanning"]
+    assert all(0 <= t["teds"] <= t["teds_structure"] + 1e-9 <= 1 + 1e-9
+               for t in result["tables"] if t["tables_found"])
+    assert {s["kind"] for s in result["teds_summary"]} == {"ruled", "unruled", "spanning"}
+    f1 = result["regions"]["f1"]
+    assert set(f1) == {"blocks", "model", "blocks_lenient"}
+    assert set(f1["blocks"]) == {"title", "text", "table"}
+    speed = result["regions"]["speed"]
+    assert speed["pages"] == 1 and speed["ocr_pages_per_s"] > 0 < speed["layout_pages_per_s"]
+    assert {"measured_at", "command", "commit", "machine", "engines"} <= result.keys()
+    assert "TEDS" in bench_layout.table(result) and len(bench_layout.rows(result)) == 5
+    json.dumps(result)

@@ -282,3 +282,33 @@ def test_ruled_tables_go_to_the_line_model_unless_the_request_asks_for_the_struc
                                             "useWiredTableCellsTransToHtml": True})
     assert options.use_e2e_wired_table_rec_model and options.use_wired_table_cells_trans_to_html
     assert forward == {"useE2eWiredTableRecModel": True, "useWiredTableCellsTransToHtml": True}
+
+
+# ---- the benchmark's measures (loadtest/teds.py, samples/layout_regions.py) ---------------------
+def test_teds_scores_structure_and_content_as_pubtabnet_does():
+    from loadtest import teds
+
+    truth = ('<html><body><table><tr><td rowspan="2">A</td><td>b</td></tr><tr><td>c</td></tr>'
+             "</table></body></html>")
+    assert teds.teds(truth, truth) == 1.0
+    assert teds.teds("<table><thead><tr><th rowspan='2'>A</th><td>b</td></tr></thead><tbody>"
+                     "<tr><td>c</td></tr></tbody></table>", truth) == 1.0
+    typo = teds.teds(truth.replace(">b<", ">x<"), truth)
+    assert typo == pytest.approx(1 - 1 / 5)  # one of 5 nodes' content entirely wrong
+    assert teds.teds(truth.replace(">b<", ">x<"), truth, structure_only=True) == 1.0
+    assert teds.teds(truth.replace(' rowspan="2"', ""), truth) == pytest.approx(1 - 1 / 5)
+    assert teds.teds("", truth) == 0.0 and teds.teds("<p>no table</p>", truth) == 0.0
+    assert teds.match([[0, 0, 10, 10], [0, 0, 10, 10]], [[1, 1, 10, 10]]) == 1
+    assert teds.f1(1, 2, 1)["f1"] == pytest.approx(2 / 3)
+
+
+def test_the_accuracy_corpus_pages_have_their_regions_recorded():
+    from samples import layout_regions
+
+    pages = {page.name: page for page in layout_regions.pages()}
+    prose = [kind for kind, _ in pages["en-prose-helvetica-10pt/p1"].regions]
+    assert prose[0] == "title" and prose.count("title") == 1 and prose.count("text") >= 5
+    invoice = pages["en-invoice-table/p1"]
+    assert [kind for kind, _ in invoice.regions] == ["title", "table"]
+    (x0, y0, x1, y1), height, width = invoice.regions[1][1], *invoice.image.shape[:2]
+    assert 0 < x0 < x1 < width and 0 < y0 < y1 < height and (y1 - y0) > height / 2
