@@ -56,6 +56,33 @@ def test_paragraphs_apart_are_split():
     assert [p.lines for p in parts] == [[0, 1], [2]]
 
 
+def test_paragraphs_are_split_by_gaps_wider_than_the_blocks_own_line_spacing():
+    """Rows 17 px high, 4 px apart within a paragraph and 11 apart between two (under 0.7
+    line heights, over twice the block's usual gap), in a reference block as in a text one."""
+    tops = [0, 21, 42, 70, 91, 112, 140, 161]
+    lines = [order.Line((0, t, 100, t + 17), str(i)) for i, t in enumerate(tops)]
+    for label in ("text", "reference"):
+        parts = order.split_paragraphs(order.Block(label, (0, 0, 100, 178),
+                                                   list(range(8))), lines)
+        assert [p.lines for p in parts] == [[0, 1, 2], [3, 4, 5], [6, 7]]
+        assert {p.label for p in parts} == {label}
+
+
+def test_a_header_in_large_type_is_a_title():
+    from services.layout.page import name_titles
+
+    lines = [order.Line((0, 0, 300, 40), "Report")] + [
+        order.Line((0, 60 + 25 * i, 500, 80 + 25 * i), "body") for i in range(6)]
+    blocks = [order.Block("header", (0, 0, 300, 40), [0]),
+              order.Block("text", (0, 60, 500, 205), list(range(1, 7)))]
+    name_titles(blocks, lines)
+    assert [b.label for b in blocks] == ["doc_title", "text"]
+    small = [order.Line((0, 0, 300, 20), "Running head")] + lines[1:]
+    blocks = [order.Block("header", (0, 0, 300, 20), [0]), blocks[1]]
+    name_titles(blocks, small)
+    assert blocks[0].label == "header"
+
+
 def test_table_cells_are_filled_from_the_lines_with_spans():
     tokens = ["<tr>", "<td></td>", "<td", ' colspan="2"', ">", "</td>", "</tr>"]
     cells = np.array([[0, 0, 50, 20], [50, 0, 150, 20]], dtype=float)

@@ -121,22 +121,36 @@ def _split(blocks: list[Block], axis: int) -> list[list[Block]]:
 
 
 def split_paragraphs(block: Block, lines: list[Line], gap: float = 0.7) -> list[Block]:
-    """A text block whose rows are parted by a gap of more than `gap` line heights, as
-    several paragraphs (the layout model often gives adjacent paragraphs one region)."""
-    if block.label != "text" or len(block.lines) < 2:
+    """A text (or reference) block whose rows are parted by a gap well over its own line
+    spacing, as several paragraphs (the layout model often gives adjacent paragraphs one
+    region). With three gaps or more, a paragraph's gap is over twice the block's median gap
+    between rows and over that median plus 0.3 line heights (and over 0.35 line heights);
+    with fewer, over `gap` line heights."""
+    if block.label not in ("text", "reference") or len(block.lines) < 2:
         return [block]
     ordered = sort_lines(block.lines, lines)
     heights = sorted(lines[i].box[3] - lines[i].box[1] for i in ordered)
     typical = heights[len(heights) // 2]
-    parts: list[list[int]] = [[ordered[0]]]
+    rows: list[list[int]] = [[ordered[0]]]  # lines side by side make one row
+    gaps: list[float] = []
     bottom = lines[ordered[0]].box[3]
     for i in ordered[1:]:
         top = lines[i].box[1]
-        if top - bottom > gap * typical:
+        if top - bottom > -0.5 * typical:
+            gaps.append(top - bottom)
+            rows.append([])
+        rows[-1].append(i)
+        bottom = max(bottom, lines[i].box[3]) if len(rows[-1]) > 1 else lines[i].box[3]
+    if len(gaps) >= 3:
+        middle = sorted(gaps)[len(gaps) // 2]
+        threshold = max(2 * middle, middle + 0.3 * typical, 0.35 * typical)
+    else:
+        threshold = gap * typical
+    parts: list[list[int]] = [rows[0]]
+    for row_gap, row in zip(gaps, rows[1:]):
+        if row_gap > threshold:
             parts.append([])
-        parts[-1].append(i)
-        bottom = max(bottom, lines[i].box[3]) if top - bottom <= gap * typical \
-            else lines[i].box[3]
+        parts[-1].extend(row)
     if len(parts) == 1:
         return [block]
-    return [Block("text", union([lines[i].box for i in part]), part) for part in parts]
+    return [Block(block.label, union([lines[i].box for i in part]), part) for part in parts]

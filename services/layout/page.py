@@ -31,8 +31,8 @@ def block_text(indexes: list[int], lines: list[Line]) -> str:
 
 
 def name_titles(blocks: list[Block], lines: list[Line]) -> None:
-    """Titles by their lines' height: a short text block (at most 2 lines) whose lines are
-    1.4× the page's median line or more becomes a paragraph_title (the model misses large
+    """Titles by their lines' height: a short text or header block (at most 2 lines) whose
+    lines are 1.4× the page's median line or more becomes a paragraph_title (the model misses large
     titles); the first title, when it comes before any text and is the page's largest line,
     becomes the doc_title."""
     heights = [line.box[3] - line.box[1] for line in lines]
@@ -44,8 +44,8 @@ def name_titles(blocks: list[Block], lines: list[Line]) -> None:
     def height_of(block: Block) -> float:
         return max((heights[i] for i in block.lines), default=0.0)
 
-    for block in blocks:
-        if (block.label == "text" and 0 < len(block.lines) <= 2
+    for block in blocks:  # a "header" in large type is a title, not a running head
+        if (block.label in ("text", "header") and 0 < len(block.lines) <= 2
                 and height_of(block) >= 1.4 * typical):
             block.label = "paragraph_title"
     for block in blocks:
