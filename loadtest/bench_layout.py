@@ -175,7 +175,9 @@ def summary(tables: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"kind": kind, "dpi": dpi, "degraded": degraded, "tables": len(members),
              "teds": statistics.mean(t["teds"] for t in members),
              "teds_structure": statistics.mean(t["teds_structure"] for t in members),
-             "found": sum(t["tables_found"] > 0 for t in members)}
+             "found": sum(t["tables_found"] > 0 for t in members),
+             "teds_where_found": statistics.mean([t["teds"] for t in members
+                                                  if t["tables_found"]] or [0.0])}
             for (kind, dpi, degraded), members in sorted(
                 groups.items(), key=lambda g: (table_corpus.KINDS.index(g[0][0]), g[0][1],
                                                g[0][2]))]
@@ -210,6 +212,7 @@ def _verdict(value: float, goal: float | None) -> str:
 def table(result: dict[str, Any]) -> str:
     teds_rows = [[s["kind"], s["dpi"], "degraded" if s["degraded"] else "clean",
                   f"{s['found']}/{s['tables']}", s["teds"], s["teds_structure"],
+                  s["teds_where_found"] if s["found"] else None,
                   f">= {TEDS_GOALS[s['kind']]}" if s["kind"] in TEDS_GOALS else "(reported)",
                   _verdict(s["teds"], TEDS_GOALS.get(s["kind"]))]
                  for s in result["teds_summary"]]
@@ -224,8 +227,10 @@ def table(result: dict[str, Any]) -> str:
     means = ", ".join(f"{kind} {value:.3f}" for kind, value in result["teds_by_kind"].items())
     return "\n".join([
         report.markdown(["tables", "dpi", "scan", "table found", "TEDS", "TEDS structure",
-                         "goal", "verdict"], teds_rows),
-        f"\nMean TEDS: {means}.\n",
+                         "TEDS where found", "goal", "verdict"], teds_rows),
+        f"\nMean TEDS: {means}. Each page is an A4 page (caption, table, a paragraph) at the "
+        f"dpi shown, {result['settings']['tables_per_kind']} tables of each kind; a table the "
+        f"layout model does not find scores 0.\n",
         report.markdown(["region class", "matched/answered/true", "precision", "recall",
                          "F1 (answer's blocks)", "F1 (layout model's boxes)",
                          "F1 (blocks, reference as text)", "goal", "verdict"], region_rows),

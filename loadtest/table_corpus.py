@@ -1,9 +1,9 @@
 """A table corpus whose structure is known by construction, for `make bench-layout` (TEDS) and
 tests/test_layout.py: ruled, unruled and spanning tables of English words and numbers, each
 written as HTML (the truth) and drawn with PIL from that HTML's grid (DejaVu Sans, the font
-the project installs) at 150 and 300 dpi, under a one-line caption, clean and degraded like a
-scan (slight rotation, blur, noise, JPEG). Deterministic: every choice comes from a seeded
-random.Random."""
+the project installs) at 150 and 300 dpi on an A4 page, under a one-line caption and over a
+short paragraph of prose, clean and degraded like a scan (slight rotation, blur, noise, JPEG).
+Deterministic: every choice comes from a seeded random.Random."""
 
 from __future__ import annotations
 
@@ -133,8 +133,13 @@ def corpus(per_kind: int, seed: int = 2026) -> list[TableSpec]:
 
 
 # ---- drawing ------------------------------------------------------------------------------------
-def render(spec: TableSpec, dpi: float) -> Image.Image:
-    """The table under its caption on a white page, drawn at dpi (RGB)."""
+A4_IN = (8.27, 11.69)
+
+
+def render(spec: TableSpec, dpi: float, page_size: str = "a4") -> Image.Image:
+    """The table under its caption and over a paragraph of prose, drawn at dpi (RGB) on an A4
+    page (page_size "a4") or on a page just large enough for the caption and the table
+    ("tight"). info["table_box"]: the table's box; info["words"]: each cell's text box."""
     px = dpi / 72.0
     font = ImageFont.truetype(FONT, round(FONT_PT * px))
     bold = ImageFont.truetype(BOLD, round(FONT_PT * px))
@@ -158,8 +163,10 @@ def render(spec: TableSpec, dpi: float) -> Image.Image:
     margin = MARGIN_PT * px
     caption_h = CAPTION_PT * px * 2.2
     table_w, table_h = sum(widths), row_h * len(spec.rows)
-    page = Image.new("RGB", (int(table_w + 2 * margin), int(table_h + caption_h + 2 * margin)),
-                     "white")
+    size = (int(table_w + 2 * margin), int(table_h + caption_h + 2 * margin))
+    if page_size == "a4":
+        size = (max(size[0], int(A4_IN[0] * dpi)), max(size[1], int(A4_IN[1] * dpi)))
+    page = Image.new("RGB", size, "white")
     draw = ImageDraw.Draw(page)
     draw.text((margin, margin), spec.caption, font=caption_font, fill="black")
     x0, y0 = margin, margin + caption_h
@@ -183,6 +190,18 @@ def render(spec: TableSpec, dpi: float) -> Image.Image:
     if spec.kind == "unruled" and spec.booktabs:
         for y, w in ((y0, 2 * line), (y0 + header_rows * row_h, line), (y0 + table_h, 2 * line)):
             draw.line([(x0, y), (x0 + table_w, y)], fill="black", width=w)
+    if page_size == "a4":  # a paragraph under the table, wrapped to the page's text width
+        from samples.accuracy_corpus import english_sentences
+
+        y, leading = y0 + table_h + 2 * FONT_PT * px, FONT_PT * px * 1.4
+        line = ""
+        for word in " ".join(english_sentences(3, spec.seed)).split():
+            if font.getlength(f"{line} {word}".strip()) > size[0] - 2 * margin:
+                draw.text((margin, y), line, font=font, fill="black")
+                line, y = word, y + leading
+            else:
+                line = f"{line} {word}".strip()
+        draw.text((margin, y), line, font=font, fill="black")
     page.info["words"] = words
     page.info["table_box"] = (int(x0), int(y0), int(x0 + table_w) + 1, int(y0 + table_h) + 1)
     return page
