@@ -92,6 +92,13 @@ def test_table_cells_are_filled_from_the_lines_with_spans():
                     "</td></tr></table></body></html>")
 
 
+def test_a_wider_table_around_a_better_scored_one_is_the_same_table():
+    inner = regions.Region("table", 0.93, (69, 138, 636, 406))
+    wider = regions.Region("table", 0.51, (71, 134, 1184, 409))
+    text = regions.Region("text", 0.4, (0, 0, 2000, 2000))
+    assert regions.drop_contained([wider, inner, text]) == [inner, text]
+
+
 def test_layout_nms_keeps_the_best_of_overlapping_boxes():
     boxes = np.array([[0, 0, 10, 10], [1, 1, 10, 10], [20, 20, 30, 30]], dtype=float)
     assert regions.nms(boxes, np.array([0.9, 0.8, 0.7])) == [0, 2]

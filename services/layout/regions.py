@@ -112,13 +112,18 @@ def postprocess(outputs: list[np.ndarray], page_hw: tuple[int, int],
 
 def drop_contained(regions: list[Region], overlap: float = 0.8) -> list[Region]:
     """Overlapping regions of different classes: the lower-scored one goes when most of it
-    lies inside the other (the model often offers text and title for one line)."""
+    lies inside the other (the model often offers text and title for one line). A table
+    region that holds most of a better-scored table goes too: the same table seen wider,
+    which would otherwise come back as a second, empty table."""
     kept: list[Region] = []
     for region in sorted(regions, key=lambda r: -r.score):
         box = np.array(region.box)
         area = max(1e-6, (box[2] - box[0]) * (box[3] - box[1]))
         inside = any(_intersection(box, np.array(k.box)) / area > overlap for k in kept)
-        if not inside:
+        holds_table = region.label == "table" and any(
+            k.label == "table" and _intersection(box, np.array(k.box))
+            / max(1e-6, (k.box[2] - k.box[0]) * (k.box[3] - k.box[1])) > overlap for k in kept)
+        if not inside and not holds_table:
             kept.append(region)
     return kept
 
