@@ -14,7 +14,7 @@ WORKERS ?= 2
 export PYTHONPATH := $(CURDIR)
 
 .PHONY: install system-deps models run worker test test-fast bench bench-scaling bench-overload \
-	bench-fleet \
+	bench-fleet bench-route \
 	bench-accuracy bench-cache bench-gateway-memory bench-paddlex bench-layout loadtest k8s-validate screenshots lock audit container-deps \
 	images image-test image-smoke docs clean fuzz
 
@@ -88,6 +88,10 @@ bench-overload: install
 # 16-128 sim replicas behind nginx, as a list and a DNS name, 1-4 gateways (docs/capacity.md)
 bench-fleet: install
 	$(PY) -m loadtest.bench_fleet
+
+# what one gateway core routes at 16 and 128 sim replicas, as a list and behind nginx
+bench-route: install
+	$(PY) -m loadtest.bench_route
 
 # peak gateway RSS: a 300-page PDF in every format, visualize on and off; 20 x 100 MB uploads
 bench-gateway-memory: install

@@ -335,17 +335,16 @@ class FleetView:
         this one (processes that started together, then woke at once, have heard of few of
         the others; the workers, which all of them probed, have). Documents sent at once wake
         several processes within a second, and each would otherwise take the fleet as its
-        own until its first pages come back: at 128 replicas of 4 s pages behind nginx, 170
-        pages out for 120 free workers, and none left idle for images for two page times.
-        Those that woke together each take an equal part meanwhile, and as each hears the
+        own until its first pages come back, over-filling the fleet and leaving no worker
+        idle for images. Those that woke together each take an equal part meanwhile, and as each hears the
         others' news (they tell every worker as they wake, and it probes a few every
         TELL_GAP_S, gateway.upstreams `settle`), their documents. After that, until its first
         pages come back (behind a balancer), old news is no news while others woke too: a
         process last heard idle before this one woke counts as busy as this one, once another
         has been heard with documents since (news reaches a process in its first wave only
-        through its probes and images' answers, and at 128 workers some was still on the way
-        after 2 s: taking the fleet by old news, a process sent more than its part, the
-        workers kept idle for images filled, and images waited out the first pages). A lone
+        through its probes and images' answers, and in a large fleet some is still on the
+        way seconds later: taking the fleet by old news, a process would send more than its
+        part, and images would wait out the first pages). A lone
         document's process hears nobody wake and takes the fleet as before."""
         with self._lock:
             unsure = self.board.clock() < self._unsure_until

@@ -17,14 +17,13 @@ quota and a half, half; never under MIN; the rounding to a STEP leaves up to thr
 of a quota alone). The mean over a page time, because pages come back in waves: a
 document's lead jumps a quota at each refill and falls back over the page time, and a
 process hears the others' rates a second late, so right after a wave every process sees its
-documents ahead. Taken at once, every process slowed its documents together, each taking
-its own fall at once and the others' room only as it heard of it: at 64 replicas of 2 s
-pages with 4 gateways the processes' fractions added up to well under the fleet, and many
-workers idled after the first waves. Nor the least of the page time: that is the lead just
+documents ahead. Taken at once, every process would slow its documents together, each
+taking its own fall at once and the others' room only as it heard of it, and the processes'
+fractions would add up to well under the fleet. Nor the least of the page time: that is the lead just
 before a refill, half a quota under the mean, and a document a quota ahead kept its share.
 A lead that lasts is real. The usual one: the first document of a process comes alone and
 sends that process's whole first part while its siblings are still being split, and it
-finished about a page time ahead (at 128 replicas of 4 s pages, a tenth of the makespan).
+would finish about a page time ahead.
 The documents behind are not raised in the fleet: the share a slowed document leaves goes to
 the others by the board's arithmetic, and raising them as well would over-fill the fleet
 while the board catches up (their images then wait behind pages). Within a process, though,

@@ -9,22 +9,19 @@ image. So the fleet keeps workers idle for them. Each gateway process measures h
 its urgent pages keep busy on average (UrgentLoad: their rate over the last WINDOW_S times
 their median time, Little's law) and says it on the board (`u`, while its pages are long);
 every process keeps `reserve_for(the fleet's sum)` workers out of its documents' share
-(gateway.fleet): the load and a standard deviation of it (arrivals at random; two kept the
-p95 at 0.35-0.45 s and cost a point or two of throughput), at most one worker in 16. Until
+(gateway.fleet): the load and a standard deviation of it (arrivals at random), at most one
+worker in 16. Until
 it has timed a page, a process with documents keeps the most (and says its urgent load):
 documents sent at once would otherwise fill every worker for the first page time. The
 documents lose what the images leave of it unused, and the pages a worker holds beyond the one
-under way (its target's headroom, which hides the gap before its next page). At 128 sim
-replicas of 4 s pages behind nginx with 2 gateways, two runs each way, one after the other
-(`BENCH_FLEET_SHAPES=nginx:128:2`): image p95 3.4 and 3.0 s -> 1.9 and 1.9 s (after the first
-page time 3.2 and 3.0 -> 0.4 and 0.6 s), efficiency 0.92 and 0.96 -> 0.90 and 0.92.
+under way (its target's headroom, which hides the gap before its next page); what that
+cost and gave, measured, is in docs/design.md ("What the flow-control figures showed").
 
 Behind a balancer, nginx sends each page to the emptiest worker, so the documents share the
 workers less the reserve and no worker holds a page queued. With a list, every process keeps
 the same workers idle (gateway.upstreams `_reserve`) and the others keep their page queued:
-without, the gap before each worker's next page cost more than the reserve gave (efficiency
-0.88 at 128 replicas and 4 gateways, where each page costs 15-20 ms of gateway CPU on this
-machine's 2 cores). Pure apart from a lock: the caller gives the time."""
+without, the gap before each worker's next page cost more than the reserve gave. Pure apart
+from a lock: the caller gives the time."""
 
 from __future__ import annotations
 

@@ -95,8 +95,8 @@ class Task:
 
 
 class Document:
-    """One admitted document. The scheduler side (take, put_back, deliver) runs under the
-    scheduler's lock; the request side reads `answers` in order."""
+    """One admitted document. The scheduler side (take, put_back) runs under the scheduler's
+    lock; the request side reads `answers` in order (`in_order`)."""
 
     _ids = itertools.count(1)
 

@@ -12,19 +12,13 @@ Behind one load balancer, the balancer spreads the pages (nginx `least_conn`). W
 or DNS name the gateway picks: the replica whose worker had the fewest pages when it last
 answered (X-Ocr-Held: its pages but images, on every answer and probe), counting what this
 process sent it since, never more of its own there than the worker's target; among equals,
-the one heard from last. So a page goes first where this process's last page just finished
-(what it knows best), gateways keep to the workers they already use instead of piling onto
-one that looked empty a while ago, and a worker another gateway leaves shows as empty at its
-next probe. When every worker is busy, a page that waits at one (its target is over one
-page) goes to the busy worker heard from first: its running page most likely started first.
-A ready replica that answered a page within three health intervals is not probed (its room
-is known, and at 64 replicas and up probes would cost more than pages).
+`_staleness`. The replicas with room are kept ranked as answers come (`Ranked`), so placing
+a page costs about the same at 16 replicas as at 128. A ready replica that answered a page
+within three health intervals is not probed (its room is known).
 
 What a worker said is a while old, and several placing processes (gateways, and the gunicorn
-processes in each) act on it at once: they all saw the same worker as the emptiest, and sent
-it a page each, three to five at a few while others idled (at 128 replicas and 4 gateways a
-page then waited up to three page times, documents finished two page times apart, and the
-last ones 10-14 s after their last page was sent). So each document page asks the worker to
+processes in each) act on it at once: all would see the same worker as the emptiest and
+queue a page each there while others idle. So each document page asks the worker to
 refuse it beyond its target (`X-Ocr-Within-Target`, services/ocr_worker/service.py
 `_admit`): a refusal is Outcome.LATER (no pause, no attempt spent, the next try goes
 elsewhere), it says the worker's room now, and when its page under way ends, until which
@@ -54,7 +48,7 @@ network."""
 
 from __future__ import annotations
 
-import itertools
+import heapq
 import logging
 import random
 import socket
@@ -152,6 +146,47 @@ def resolve_host(host: str, port: int) -> list[str]:
     return sorted(set(urls))
 
 
+class Ranked:
+    """The replicas with room, best first by a key (`ReplicaSet._rank`): a heap whose entries
+    for a replica whose key has changed, or which has no room any more, are dropped as they
+    come to the top. Placing a page costs O(log n) in the replicas, not O(n): the same at 16
+    replicas as at 128."""
+
+    def __init__(self):
+        self._heap: list[tuple[tuple, str]] = []
+        self._keys: dict[str, tuple] = {}  # url -> its key now (absent: no room)
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def set(self, url: str, key: tuple) -> None:
+        if self._keys.get(url) != key:
+            self._keys[url] = key
+            heapq.heappush(self._heap, (key, url))
+            if len(self._heap) > 4 * len(self._keys) + 64:  # stale entries: start afresh
+                self._heap = [(k, u) for u, k in self._keys.items()]
+                heapq.heapify(self._heap)
+
+    def discard(self, url: str) -> None:
+        self._keys.pop(url, None)
+
+    def best(self, avoid: set[str] = frozenset()) -> str | None:
+        """The best replica not in `avoid`, else the best of those; None when none has room."""
+        skipped, found = [], None
+        while self._heap:
+            key, url = self._heap[0]
+            if self._keys.get(url) != key:
+                heapq.heappop(self._heap)  # stale
+            elif url in avoid:
+                skipped.append(heapq.heappop(self._heap))
+            else:
+                found = url
+                break
+        for item in skipped:
+            heapq.heappush(self._heap, item)
+        return found if found is not None or not skipped else skipped[0][1]
+
+
 class ReplicaSet:
     def __init__(self, *, mode: str, urls: list[str] | None = None, dns: str | None = None,
                  probe: Probe, resolver: Callable[[str, int], list[str]] = resolve_host,
@@ -168,7 +203,10 @@ class ReplicaSet:
         self._clock = clock
         self._lock = threading.Lock()
         self._replicas: dict[str, Replica] = {}
-        self._rotation = itertools.count()
+        self._room = {False: Ranked(), True: Ranked()}  # urgent? -> replicas with room
+        self._changes: list[tuple[float, str]] = []  # (when, url): its room may change then
+        self._out = 0  # pages this process has out, at every replica
+        self._removed = 0  # replicas gone from DNS with pages still out there
         self._balanced_at = float("-inf")
         self._news = True  # demand or a board changed since the last rebalance
         self._limit = 1  # pages this process may keep out in all (its share of the fleet)
@@ -183,8 +221,32 @@ class ReplicaSet:
             self._add(url, ready=True if mode == MODE_LOAD_BALANCER else None)
 
     def _add(self, url: str, ready: bool | None = None) -> None:
-        self._replicas[url] = Replica(url, target=self.fleet.default_target, ready=ready)
+        self._replicas[url] = replica = Replica(url, target=self.fleet.default_target,
+                                                ready=ready)
         self._news = True
+        self._place(replica, self._clock())
+
+    def _place(self, replica: Replica, now: float) -> None:
+        """Under the lock, after anything about `replica` changed: whether it has room now for
+        a document page and for an urgent one (the pools `acquire` draws from), and when that
+        may change by itself (a pause or an ejection ends, `_full_until`)."""
+        for urgent, ranked in self._room.items():
+            if self._open(replica, now, urgent):
+                ranked.set(replica.url, self._rank(replica, urgent))
+            else:
+                ranked.discard(replica.url)
+        later = [t for t in (replica.busy_until, replica.ejected_until,
+                             self._full_until(replica)) if t > now]
+        if later and not replica.removed:
+            heapq.heappush(self._changes, (min(later), replica.url))
+
+    def _catch_up(self, now: float) -> None:
+        """Under the lock: the replicas whose room changed by itself since (`_place`)."""
+        while self._changes and self._changes[0][0] <= now:
+            _, url = heapq.heappop(self._changes)
+            replica = self._replicas.get(url)
+            if replica is not None:
+                self._place(replica, now)
 
     def on_change(self, listener: Callable[[], None]) -> None:
         """`listener()` is called (outside the lock) whenever a replica may have gained room:
@@ -233,6 +295,8 @@ class ReplicaSet:
             self._reserved = self._reserve(share.reserve, now)
         self._quota = share.document_quota()
         self._share = share
+        for replica in self._replicas.values():  # targets and the reserve: every 50 ms at
+            self._place(replica, now)  # most, whatever the page rate
 
     def _reserve(self, count: int, now: float) -> frozenset[str]:
         """With a list: the replicas kept idle for urgent pages while the fleet keeps
@@ -260,31 +324,28 @@ class ReplicaSet:
     # ---- selection ---------------------------------------------------------------------------
     def acquire(self, exclude: set[str] = frozenset(), urgent: bool = False) -> Replica | None:
         """A replica with room for one more page, its in-flight count already raised, or None
-        when this process's share is taken or no replica has room now. The emptiest first
-        (`Replica.load`), ties in rotation; replicas in `exclude` (this page already failed
-        there) only when no other has room. An `urgent` page (an image) is within this
-        process's share whatever its documents have out (`_open`)."""
+        when this process's share is taken or no replica has room now. The best by `_rank`
+        (the emptiest first), kept ranked as answers come (`Ranked`); replicas in `exclude`
+        (this page already failed there) only when no other has room. An `urgent` page (an
+        image) is within this process's share whatever its documents have out (`_open`)."""
         with self._lock:
             now = self._clock()
-            live = [r for r in self._replicas.values() if not r.removed]
-            if not live:
+            if len(self._replicas) == self._removed:
                 raise NoReplicas("no OCR replica is known"
                                  + (f" (DNS name {self.dns} has no addresses)" if self.dns else ""))
+            self._catch_up(now)
             self._rebalance(now)
-            if not urgent and sum(r.inflight for r in live) >= self._limit:
+            if not urgent and self._out >= self._limit:
                 return None  # this process's share of the fleet is out
-            roomy = [r for r in live if self._open(r, now, urgent)]
-            candidates = [r for r in roomy if r.url not in exclude] or roomy
-            if not candidates:
+            url = self._room[urgent].best(exclude)
+            if url is None:
                 return None
-            turn = next(self._rotation)
-            count = len(candidates)
-            chosen = min(enumerate(candidates),
-                         key=lambda item: (*self._rank(item[1], urgent),
-                                           (item[0] - turn) % count))[1]
+            chosen = self._replicas[url]
             chosen.inflight += 1
             chosen.load += 1
             chosen.sent.append(now)
+            self._out += 1
+            self._place(chosen, now)
             return chosen
 
     def _rank(self, replica: Replica, urgent: bool) -> tuple[float, float]:
@@ -293,8 +354,7 @@ class ReplicaSet:
         The urgent page is read before the pages queued there (X-Ocr-Priority: high), so
         only the page under way delays it; where every worker holds its target (a full
         fleet of equal pages), which one the worker's answers said least of is no guide to
-        which ends soonest, and this process's own pages out (a score or more at 128
-        replicas) are the best it has."""
+        which ends soonest, and this process's own pages out are the best it has."""
         if not urgent or self.mode == MODE_LOAD_BALANCER:
             return replica.load, _staleness(replica)
         if replica.load < 1:  # idle: one kept for urgent pages first (`_reserve`)
@@ -304,9 +364,9 @@ class ReplicaSet:
     def has_room(self, urgent: bool = False) -> bool:
         with self._lock:
             now = self._clock()
+            self._catch_up(now)
             self._rebalance(now)
-            return ((urgent or sum(r.inflight for r in self._replicas.values()) < self._limit)
-                    and any(self._open(r, now, urgent) for r in self._replicas.values()))
+            return (urgent or self._out < self._limit) and len(self._room[urgent]) > 0
 
     def _open(self, replica: Replica, now: float, urgent: bool) -> bool:
         """Room for one more page at `replica`. An urgent page is counted in this process's
@@ -327,10 +387,8 @@ class ReplicaSet:
         when it last refused one, else FULL_FOR_S after it said so. Gateway processes each
         place pages by what a worker last told them, and a worker tells each only now and
         then: sent to at once, it would refuse again; tried again a fixed time later whatever
-        it said, it would refuse again and again (a quarter of a second at 4 s pages: the
-        refusals took the gateways' CPU from their pages) or idle after its page while every
-        process still counted it full (a second: the workers then timed long gaps and raised
-        their targets)."""
+        it said, it would either refuse again and again (refusals cost the gateways' CPU) or
+        idle after its page while every process still counted it full."""
         if self.mode == MODE_LOAD_BALANCER or replica.load < replica.slots:
             return float("-inf")
         if replica.room_at >= replica.heard_at:
@@ -345,8 +403,8 @@ class ReplicaSet:
         into the share (for the scheduler's wait), or None."""
         with self._lock:
             now = self._clock()
-            times = [t for r in self._replicas.values() if not r.removed
-                     for t in (r.busy_until, r.ejected_until, self._full_until(r)) if t > now]
+            self._catch_up(now)
+            times = [self._changes[0][0]] if self._changes else []
             if self._news:
                 times.append(self._rebalance_due())
             return min(times) if times else None
@@ -355,8 +413,10 @@ class ReplicaSet:
         """An acquired slot that was not used after all."""
         with self._lock:
             replica.inflight -= 1
+            self._out -= 1
             if replica.sent:
                 replica.sent.pop()
+            self._place(replica, self._clock())
         self._notify()
 
     def release(self, replica: Replica, attempt: Attempt) -> None:
@@ -366,6 +426,7 @@ class ReplicaSet:
         with self._lock:
             self._news = self._news or bool(attempt.board)
             replica.inflight -= 1
+            self._out -= 1
             if replica.sent:  # a worker answers in the order they were sent (about)
                 replica.sent.popleft()
             now = self._clock()
@@ -379,8 +440,8 @@ class ReplicaSet:
                 self._down(replica, now)
             elif outcome is Outcome.LATER:  # busy with a long page, not full: no pause
                 replica.busy_streak = 0
-                if attempt.starts_in_s is not None:  # (a worker that has timed no page yet
-                    # says 0: it cannot tell, and at once it would refuse again)
+                if attempt.starts_in_s is not None:  # (at least REFUSED_FOR_S: sent to at
+                    # once, it would refuse again)
                     replica.room_at = now + max(attempt.starts_in_s, REFUSED_FOR_S)
             else:  # OK, REJECTED, FAILED: the replica is alive and answering
                 replica.served += 1
@@ -389,8 +450,14 @@ class ReplicaSet:
                 if self.mode != MODE_LOAD_BALANCER:
                     replica.ready = True
             if replica.removed and replica.inflight == 0:
-                self._replicas.pop(replica.url, None)
+                self._forget(replica)
+            self._place(replica, now)
         self._notify()
+
+    def _forget(self, replica: Replica) -> None:
+        """Under the lock: a replica gone from DNS, with nothing out there any more."""
+        if self._replicas.pop(replica.url, None) is not None:
+            self._removed -= 1
 
     def _heard_worker(self, replica: Replica, worker: str | None, now: float) -> None:
         if worker and self.mode != MODE_LOAD_BALANCER:
@@ -443,19 +510,24 @@ class ReplicaSet:
                         extra={"dns": self.dns, "error": str(exc)})
             return
         with self._lock:
+            now = self._clock()
             for url in urls:
                 replica = self._replicas.get(url)
                 if replica is None:
                     self._add(url)
                     log.info("replica discovered", extra={"replica": url})
-                else:
+                elif replica.removed:
                     replica.removed = False
+                    self._removed -= 1
+                    self._place(replica, now)
             for url, replica in list(self._replicas.items()):
                 if url not in urls and not replica.removed:
                     replica.removed = True
+                    self._removed += 1
                     log.info("replica gone from DNS", extra={"replica": url})
+                    self._place(replica, now)
                     if replica.inflight == 0:
-                        del self._replicas[url]
+                        self._forget(replica)
         self._notify()
 
     def probe_all(self, every: bool = False) -> None:
@@ -494,6 +566,7 @@ class ReplicaSet:
                              h.int_header(headers, h.FREE), finished=0, now=now,
                              held=h.int_header(headers, h.HELD))
             self._news = True
+            self._place(replica, now)
 
     def tell(self) -> None:
         """This process went quiet or woke up, and other gateways are on the board: probe

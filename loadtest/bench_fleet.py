@@ -44,8 +44,12 @@ FleetSettings = report.settings("FleetSettings", {
     "capacity": (32.0, "BENCH_FLEET_CAPACITY"), "docs": (8, "BENCH_FLEET_DOCS"),
     "pages": (120, "BENCH_FLEET_PAGES"), "image_every_s": (0.25, None),
     "growth": (True, "BENCH_FLEET_GROWTH", lambda v: v != "0" and not report.quick()),
-    "route": (True, "BENCH_FLEET_ROUTE", "0".__ne__)},
-    shapes=parse_shapes("nginx:16:1,nginx:32:2,list:32:2"), docs=4, pages=40, growth=False)
+    "jitters": ((0.75, 0.0), "BENCH_FLEET_JITTERS",
+                lambda v: tuple(float(x) for x in v.split(",") if x)),
+    "lengths": ((1.0, 0.5), "BENCH_FLEET_LENGTHS",
+                lambda v: tuple(float(x) for x in v.split(",") if x))},
+    shapes=parse_shapes("nginx:16:1,nginx:32:2,list:32:2"), docs=4, pages=40, growth=False,
+    jitters=(0.75,))
 
 
 class PageCounter(list):
@@ -105,18 +109,25 @@ def whole(docs: list) -> tuple[int, list]:
 
 def run_shape(fleet: local_fleet.Fleet, mode: str, count: int, settings, page_ms: float,
               capacity: float, **env: str) -> dict[str, Any]:
-    """settings.docs PDFs of settings.pages pages sent at once through `count` gateways, each
-    also sent an image every settings.image_every_s (bench_overload's mix, too)."""
+    """settings.docs PDFs sent at once through `count` gateways, of settings.pages pages times
+    each of settings.lengths in turn (every gateway gets each length), each gateway also sent
+    an image every settings.image_every_s (bench_overload's mix, too)."""
     replicas, counter, share = len(fleet.workers), PageCounter(), image_share(fleet)
-    pdf = labelled_pdf_payload(settings.pages, seed=replicas)
+    lengths = [max(1, round(settings.pages * f)) for f in getattr(settings, "lengths", (1.0,))]
+    pdfs = [labelled_pdf_payload(n, seed=replicas + k) for k, n in enumerate(lengths)]
     with fleet.gateways(mode, count, **env) as gateways:
         sampler = ForeignLoad(gateways)
         docs, images, makespan, started = documents_with_images(
-            [local_fleet.url_of(g) + "/ocr" for g in gateways], pdf, settings.docs,
+            [local_fleet.url_of(g) + "/ocr" for g in gateways], pdfs, settings.docs,
             settings.image_every_s, watch=counter.watch, meter=sampler)
     (ok_docs, errors), latencies = whole(docs), [t for t, ok, _ in images if ok]
-    pages = ok_docs * settings.pages + len(latencies) * share  # in whole pages' time
+    sizes = [lengths[(i // count) % len(lengths)] for i in range(len(docs))]
+    pages = sum(n for n, d in zip(sizes, docs) if d[0] == 200 and not d[2]) \
+        + len(latencies) * share  # in whole pages' time
     finishes, page_s = [d[3] for d in docs], page_ms / 1000.0
+    spread = max((max(group) - min(group)) / makespan  # of equal documents
+                 for group in ([f for f, n in zip(finishes, sizes) if n == length]
+                               for length in lengths) if group)
     image_s, image_p95 = page_s * share, p95(latencies)  # the largest image's own time
     # images sent after the first page time: while every worker reads its first page (the
     # documents came at once), none starts an image before that page ends
@@ -136,8 +147,9 @@ def run_shape(fleet: local_fleet.Fleet, mode: str, count: int, settings, page_ms
         "efficiency_makespan": round(pages / makespan / capacity, 3),
         "documents": len(docs), "documents_ok": ok_docs, "document_errors": errors,
         "finish_first_s": round(min(finishes), 2), "finish_last_s": round(max(finishes), 2),
-        "finish_spread": round((max(finishes) - min(finishes)) / makespan, 3),
-        "finishes_s": [[i % count, round(f, 2)] for i, f in enumerate(finishes)],
+        "finish_spread": round(spread, 3), "lengths": lengths,
+        "finishes_s": [[i % count, n, round(f, 2)] for i, (n, f) in enumerate(zip(sizes,
+                                                                                   finishes))],
         "images": len(images), "images_ok": len(latencies),
         "image_p95_s": round(image_p95, 3) if image_p95 else None,
         "image_own_s": round(image_s, 3),
@@ -149,22 +161,25 @@ def run_shape(fleet: local_fleet.Fleet, mode: str, count: int, settings, page_ms
 
 
 def run_shapes(settings, log_dir: Path, shapes: list, timing, worker_env: dict | None = None,
-               **env: str) -> tuple[list, list]:
+               jitter: float = 0.0, **env: str) -> tuple[list, list]:
     """(engines, run_shape of each (mode, N, G) shape but nginx ones without nginx): one fleet
-    for all shapes of an N (DNS ones apart); timing(N) = (its page time, its pages/s)."""
+    for all shapes of an N (DNS ones apart); timing(N) = (its page time, its pages/s); each
+    page's time drawn up to `jitter` of it either way (OCR_SIM_JITTER_MS)."""
     engines, made, by_replicas = [], [], {}  # (N, DNS?) -> [(mode, G)]
     for mode, replicas, count in shapes:
         by_replicas.setdefault((replicas, mode == "dns"), []).append((mode, count))
     for (replicas, dns_mode), runs in by_replicas.items():
         page_ms, capacity = timing(replicas)
+        varied = {**(worker_env or {}), "OCR_SIM_JITTER_MS": f"{jitter * page_ms:g}"}
         with local_fleet.Fleet(log_dir / f"n{replicas}{'-dns' if dns_mode else ''}", page_ms,
-                               replicas, dns_mode=dns_mode, worker_env=worker_env) as fleet:
+                               replicas, dns_mode=dns_mode, worker_env=varied) as fleet:
             engines += report.engine_info([local_fleet.url_of(fleet.workers[0])])
             for mode, count in runs:
                 if mode == "nginx" and nginx.find_nginx() is None:
                     report.say("skipping nginx shapes: nginx is not installed")
                     continue
-                made.append(run_shape(fleet, mode, count, settings, page_ms, capacity, **env))
+                made.append({**run_shape(fleet, mode, count, settings, page_ms, capacity, **env),
+                             "jitter": jitter})
                 report.say(f"{log_dir.name} {mode} N={replicas} G={count}: {made[-1]}")
     return engines, made
 
@@ -200,12 +215,13 @@ def run_growth(settings, log_dir: Path, mode: str = "nginx") -> dict[str, Any]:
             "document_errors": errors, "pages_per_s_by_second": rates}
 
 
-def run_route(log_dir: Path, workers: int = 16) -> dict[str, Any]:
+def run_route(log_dir: Path, workers: int = 16, mode: str = "list") -> dict[str, Any]:
     """One gateway process, 0-ms sim workers, 10 s of a closed loop of small images: pages per
     CPU-second of the gateway process (what one gateway core can route), the gateway on a core
-    of its own and the workers and the load on the others (where the machine has two)."""
-    with local_fleet.Fleet(log_dir / "route", 0.0, workers) as fleet, \
-            fleet.gateways("list", 1, GATEWAY_PROCESSES="1", **NO_JOBS) as (gateway,), \
+    of its own and the workers and the load on the others (where the machine has two).
+    loadtest.bench_route runs it at 16 and 128 replicas."""
+    with local_fleet.Fleet(log_dir / f"route-{mode}-{workers}", 0.0, workers) as fleet, \
+            fleet.gateways(mode, 1, GATEWAY_PROCESSES="1", **NO_JOBS) as (gateway,), \
             apart([gateway], fleet.workers) as alone, ForeignLoad([gateway]) as sampler:
         result = run_closed_loop(local_fleet.url_of(gateway), small_image_payloads(8), 32,
                                  duration_s=10.0, warmup_s=1.0)
@@ -219,16 +235,19 @@ def run_route(log_dir: Path, workers: int = 16) -> dict[str, Any]:
 
 def measure() -> dict[str, Any]:
     settings, log_dir = FleetSettings.from_env(), report.log_dir("fleet")
-    engines, shapes = run_shapes(settings, log_dir, settings.shapes, lambda n: (
-        n * 1000.0 / settings.capacity, settings.capacity), SIM_ENV, **NO_JOBS)
+    engines, shapes = [], []
+    for jitter in settings.jitters:  # pages that vary first: the figures that matter
+        made = run_shapes(settings, log_dir / f"jitter-{jitter:g}", settings.shapes, lambda n: (
+            n * 1000.0 / settings.capacity, settings.capacity), SIM_ENV, jitter, **NO_JOBS)
+        engines, shapes = engines + made[0], shapes + made[1]
     result: dict[str, Any] = {"engine": report.engine_label(engines),
                               "capacity_pages_per_s": settings.capacity,
+                              "jitters": list(settings.jitters),
                               "documents": settings.docs, "pages": settings.pages,
+                              "lengths": list(settings.lengths),
                               "image_every_s": settings.image_every_s, "shapes": shapes}
     if settings.growth:
         result["growth"] = [run_growth(settings, log_dir, mode) for mode in ("nginx", "dns")]
-    if settings.route:
-        result["route"] = run_route(log_dir)
     return {**result, **report.stamp(engines)}
 
 
@@ -238,22 +257,29 @@ def wrong_answers(result: dict[str, Any]) -> int:
 
 
 def table(result: dict[str, Any]) -> str:
-    rows = [[f"{s['mode']}, {s['replicas']} replicas, {s['gateways']} gateway(s)",
-             f"{s['page_ms'] / 1000:g} s", s["efficiency"], s["efficiency_makespan"],
-             s["finish_spread"], s["image_p95_s"], s["image_p95_wait_s"],
-             s.get("image_p95_after_first_page_s"),
-             f"{s['documents_ok']}/{s['documents']}, {s['images_ok']}/{s['images']}",
-             s["gateway_cpu_ms_per_page"], s["machine_busy"]] for s in result["shapes"]]
-    lines = [report.markdown(["shape", "page time", "pages/s ÷ capacity (documents running)",
-                              "the same over the makespan", "finish spread", "image p95 (s)",
-                              "image p95 beyond its own time (s)",
-                              "image p95 after the first page time (s)", "documents, images right",
-                              "gateway CPU ms/page", "machine busy"], rows)]
+    """One table per page-time spread (pages that vary first), then growth."""
+    lines = []
+    for jitter in dict.fromkeys(s.get("jitter", 0.0) for s in result["shapes"]):
+        shapes = [s for s in result["shapes"] if s.get("jitter", 0.0) == jitter]
+        rows = [[f"{s['mode']}, {s['replicas']} replicas, {s['gateways']} gateway(s)",
+                 f"{s['page_ms'] / 1000:g} s" + (f" ± {jitter:.0%}" if jitter else ""),
+                 s["efficiency"], s["efficiency_makespan"],
+                 s["finish_spread"], s["image_p95_s"], s["image_p95_wait_s"],
+                 s.get("image_p95_after_first_page_s"),
+                 f"{s['documents_ok']}/{s['documents']}, {s['images_ok']}/{s['images']}",
+                 s["gateway_cpu_ms_per_page"], s["machine_busy"]] for s in shapes]
+        lines += [f"\nEach page's time {f'± {jitter:.0%} around' if jitter else 'exactly'} "
+                  "its mean:\n", report.markdown(
+                      ["shape", "page time", "pages/s ÷ capacity (documents running)",
+                       "the same over the makespan", "finish spread", "image p95 (s)",
+                       "image p95 beyond its own time (s)",
+                       "image p95 after the first page time (s)", "documents, images right",
+                       "gateway CPU ms/page", "machine busy"], rows)]
     lines += [f"\nGrowth 16 → 64 replicas mid-run ({g['mode']}): the new capacity was reached "
               f"{g['seconds_to_new_capacity']} s after the new replicas were ready; 64 → 32 at "
               f"{g['shrunk_at_s']} s; documents {g['documents_ok']}/{g['documents']} whole."
               for g in result.get("growth", [])]
-    route = result.get("route")
+    route = result.get("route")  # results from before loadtest.bench_route
     if route:
         lines.append(f"\nRouting: {route['pages_per_gateway_core_s']} small pages per gateway "
                      f"CPU-second ({route['pages_per_s']} pages/s through one gateway process"

@@ -157,9 +157,10 @@ def images_every(url: str, every_s: float,
     return results
 
 
-def documents_with_images(urls: list[str], pdf: Payload, count: int, every_s: float,
+def documents_with_images(urls: list[str], pdfs: list[Payload], count: int, every_s: float,
                           watch: Callable | None = None, meter=None):
-    """`count` copies of `pdf` sent at once (round-robin over these /ocr URLs) while each URL
+    """`count` documents sent at once, round-robin over these /ocr URLs, each URL given each
+    of `pdfs` in turn (document i: `pdfs[(i // len(urls)) % len(pdfs)]`), while each URL
     gets an image every `every_s`, inside `meter` (a context manager), after a warm-up image
     per URL; watch(urls, stop) runs alongside. Per document (status, seconds, problem, finished
     since the start), the images' (latency, right, sent at), the makespan and the start."""
@@ -171,7 +172,7 @@ def documents_with_images(urls: list[str], pdf: Payload, count: int, every_s: fl
         if watch:
             side.submit(watch, urls, stop)
         started = time.perf_counter()
-        docs = at_once(lambda i: (*send(urls[i % len(urls)], pdf),
+        docs = at_once(lambda i: (*send(urls[i % len(urls)], pdfs[(i // len(urls)) % len(pdfs)]),
                                   time.perf_counter() - started), range(count))
         makespan = time.perf_counter() - started
         stop.set()

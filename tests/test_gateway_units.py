@@ -99,6 +99,37 @@ def test_least_outstanding_wins_and_ties_rotate():
     assert replicas.acquire().url == second.url  # the only one with nothing outstanding
 
 
+def test_in_a_full_fleet_a_page_finds_the_one_replica_with_room_and_then_none():
+    """Of 128 replicas that each hold their target, the one a page came back from gets the
+    next, and with none left `acquire` says so (the ranked replicas with room follow every
+    answer)."""
+    clock = Clock()
+    urls = [f"http://w{i}" for i in range(128)]
+    replicas = replica_set(urls, clock=clock)
+    replicas.set_demand(1000)
+    placed = []
+    while (replica := replicas.acquire()) is not None:
+        placed.append(replica)
+    assert len(placed) == 2 * 128 and not replicas.has_room()  # two each (the default target)
+    back = placed[77]
+    replicas.release(back, answer(Outcome.OK))
+    assert replicas.has_room()
+    assert replicas.acquire() is back
+    assert replicas.acquire() is None
+
+
+def test_a_paused_replica_gets_room_back_when_its_pause_ends():
+    clock = Clock()
+    replicas = replica_set(["http://a"], clock=clock)
+    replica = replicas.acquire()
+    replicas.release(replica, Attempt(Outcome.BUSY, 503, {}, "busy", retry_after_s=0.2))
+    assert not replicas.has_room()
+    when = replicas.next_change()
+    assert when is not None and 0 < when - clock.now <= 0.2
+    clock.now = when
+    assert replicas.has_room() and replicas.acquire() is replica
+
+
 def test_a_page_avoids_replicas_it_already_failed_on():
     replicas = replica_set(["http://a", "http://b"])
     chosen = replicas.acquire(exclude={"http://a"})

@@ -1,0 +1,88 @@
+"""`make bench-route`: what one gateway core routes, at 16 and at 128 replicas (issue: a gateway
+core routes >= 400 pages/s, <= 2.5 ms of CPU per page, whatever the fleet's size). One gateway
+process in front of 0-ms sim workers, as a list (the gateway picks each replica) and behind
+nginx; 10 s of a closed loop of small images; the gateway's CPU seconds over the run, health
+probes and board included, with the gateway on a core of its own where the machine has two
+(loadtest.procstats.apart). Then the flow objects alone, in this process (`flow_cost`): the
+part of a page's cost that could grow with the fleet, measured apart from HTTP and from other
+load on the machine. Writes route.json."""
+
+import sys
+import time
+from typing import Any
+
+from gateway.fleet import FleetView
+from gateway.outcome import Attempt, Outcome
+from gateway.upstreams import MODE_LIST, ReplicaSet
+from loadtest import bench_fleet, report
+from services.ocr_api import headers
+from services.ocr_worker.capacity import Pace, Presence
+
+FILE = "route.json"
+GOAL_PAGES_PER_CORE_S = 400.0
+SHAPES = (("list", 16), ("list", 128), ("nginx", 128))
+
+
+def flow_cost(workers: int, urgent: bool, pages: int = 6000) -> float:
+    """CPU ms per page of a gateway's flow objects with a list of `workers` replicas: place it
+    (`acquire`, the board it carries) and book its answer (`release`, the worker's board
+    merged), in this process, each worker answering with its own board as a real one does
+    (not counted)."""
+    pace = Pace()
+    pace.page_s, pace.gap_s = 0.01, 0.001
+    board = {f"http://w{i}": Presence(pace, lambda: False) for i in range(workers)}
+
+    def probe(url, sent):
+        return True, {**board[url].answer_headers(sent), headers.CAPACITY: "4",
+                      headers.FREE: "4", headers.HELD: "0"}
+
+    fleet = FleetView()
+    replicas = ReplicaSet(mode=MODE_LIST, urls=list(board), probe=probe, fleet=fleet)
+    replicas.probe_all(every=True)
+    replicas.set_demand(0 if urgent else 1, 1 if urgent else 0)
+    spent = 0.0
+    for page in range(pages + 300):  # the first 300 warm up
+        began = time.process_time()
+        replica = replicas.acquire(urgent=urgent)
+        sent = fleet.outgoing()
+        placing = time.process_time() - began
+        said = board[replica.url].answer_headers(sent)
+        began = time.process_time()
+        replicas.release(replica, Attempt(Outcome.OK, 200, {}, "", capacity=4, free=4, held=0,
+                                          worker=said[headers.WORKER],
+                                          board=said[headers.BOARD]))
+        if page >= 300:
+            spent += placing + time.process_time() - began
+    return round(spent / pages * 1000, 3)
+
+
+def measure() -> dict[str, Any]:
+    log_dir = report.log_dir("route")
+    runs = [{"mode": mode, **bench_fleet.run_route(log_dir, workers, mode)}
+            for mode, workers in SHAPES]
+    flow = [{"workers": workers, "image_ms": flow_cost(workers, True),
+             "document_page_ms": flow_cost(workers, False)} for workers in (16, 128)]
+    return {"goal_pages_per_gateway_core_s": GOAL_PAGES_PER_CORE_S, "runs": runs,
+            "flow_objects_cpu_ms_per_page": flow,
+            "failures": sum(run["failures"] for run in runs), **report.stamp()}
+
+
+def table(result: dict[str, Any]) -> str:
+    rows = [[run["mode"], run["workers"], run["pages_per_gateway_core_s"],
+             round(1000 / run["pages_per_gateway_core_s"], 2)
+             if run["pages_per_gateway_core_s"] else None, run["pages_per_s"],
+             run["failures"], run["gateway_core_to_itself"], run["machine_busy"]]
+            for run in result["runs"]]
+    flow = [[f["workers"], f["image_ms"], f["document_page_ms"]]
+            for f in result.get("flow_objects_cpu_ms_per_page", [])]
+    return "\n".join([report.markdown(
+        ["mode", "replicas", "pages per gateway CPU-second", "gateway CPU ms/page",
+         "pages/s through it", "failed", "gateway on a core of its own", "machine busy"], rows),
+        "\nThe flow objects alone, in-process (placing a page and booking its answer):\n",
+        report.markdown(["replicas", "CPU ms per image", "CPU ms per document page"], flow),
+        f"\nGoal: >= {result['goal_pages_per_gateway_core_s']:g} pages per gateway CPU-second "
+        f"at every size. {report.measured(result)}."])
+
+
+if __name__ == "__main__":
+    sys.exit(report.main(sys.modules[__name__]))
