@@ -78,6 +78,7 @@ SETTLE_PROBES = 4  # after waking, probes that hear who else woke (each worker t
 FULL_FOR_S = 1.0  # a worker that said it holds its target, without when (`_full_until`)
 REFUSED_FOR_S = 0.05  # ...and at least this long after it refused a page (`release`)
 WORKER_ID_TTL_S = 120.0  # a worker process not heard behind a URL this long is forgotten
+PROBES_PER_ROUND = 16  # ready replicas a health round probes at most (the longest unheard)
 
 # probe(url, headers) -> (ready, the answer's headers)
 Probe = Callable[[str, Mapping[str, str]], "tuple[bool, Mapping[str, str]]"]
@@ -535,8 +536,12 @@ class ReplicaSet:
         probe never ends an ejection or a probation: only a real answer does (a replica that
         timed out may answer /readyz and still hang on OCR). Behind a load balancer: rounds
         of probes through it that meet the workers behind it (gateway.fleet). `every`: also
-        the replicas heard from just now (to tell them this process's news). Each round in
-        a random order: among idle workers a page goes to the one heard from last, and
+        the replicas heard from just now (to tell them this process's news). Otherwise every
+        replica not known ready, and of the ready ones not heard from in three health
+        intervals (an answer says it is alive and its room) the PROBES_PER_ROUND heard from
+        longest ago: probing them all would cost a gateway in proportion to the fleet (a
+        large one mostly idle but for the few workers its pages keep going to). Each round
+        in a random order: among idle workers a page goes to the one heard from last, and
         processes that probed in the same order (the list's) would all send their first
         pages to the same workers, two or more at each while others idle for a page time."""
         if self.mode == MODE_LOAD_BALANCER:
@@ -544,10 +549,14 @@ class ReplicaSet:
             return
         now = self._clock()
         replicas = self.replicas()
+        if not every:
+            unsure = [r for r in replicas if not r.ready]
+            quiet = sorted((r for r in replicas if r.ready
+                            and now - r.heard_at >= 3 * self._probe_skip_s),
+                           key=lambda r: r.heard_at)
+            replicas = unsure + quiet[:PROBES_PER_ROUND]
         random.shuffle(replicas)  # an order of its own (above)
         for replica in replicas:
-            if not every and replica.ready and now - replica.heard_at < 3 * self._probe_skip_s:
-                continue  # it answered a page just now: alive, and its room is known
             self._probe_one(replica)
         self._notify()
 

@@ -13,7 +13,7 @@ from gateway import lead
 from gateway.outcome import Attempt
 from gateway.fleet import REBUILD_S, RISE_AFTER_S, WAKE_UNSURE_S, FleetView, dither
 from gateway.outcome import Outcome
-from gateway.upstreams import MODE_LIST, MODE_LOAD_BALANCER, ReplicaSet
+from gateway.upstreams import PROBES_PER_ROUND, MODE_LIST, MODE_LOAD_BALANCER, ReplicaSet
 from services.ocr_api import headers
 from services.ocr_api.fleet_board import MAX_SENT_CHARS, Board, slots_of
 from services.ocr_worker.capacity import Pace, Presence
@@ -616,11 +616,39 @@ def test_gateways_with_a_replica_list_woken_together_leave_the_images_workers_id
         replicas.fleet.set_urgent(0.0, page_time_unknown=True)  # (the scheduler's)
     assert all(replicas.fleet.unsure() for replicas in gateways)
     for replicas in gateways:
-        replicas.probe_all()  # what each worker holds now, as the others fill them
-        while (replica := replicas.acquire()) is not None:
+        replicas.probe_all(every=True)  # what `tell` does as it wakes: what each worker
+        while (replica := replicas.acquire()) is not None:  # holds now, as the others fill
             workers[replica.url][1] += 1
     assert max(held for _, held in workers.values()) == 1
     assert sum(1 for _, held in workers.values() if held == 0) >= 2  # 32 / 16
+
+
+def test_a_health_round_probes_the_replicas_not_known_ready_and_a_few_quiet_ones():
+    """A health round costs the same in any fleet: every replica not known ready is probed,
+    and of the ready ones not heard from lately only PROBES_PER_ROUND, the longest unheard
+    first, so that each is heard from in turn."""
+    clock = Clock()
+    probed: list[str] = []
+    down = {"http://w7"}
+
+    def probe(url, request_headers):
+        probed.append(url)
+        return url not in down, {headers.CAPACITY: "4", headers.FREE: "4"}
+
+    urls = [f"http://w{i}" for i in range(64)]
+    replicas = ReplicaSet(mode=MODE_LIST, urls=urls, probe=probe, clock=clock,
+                          fleet=FleetView(Board(clock=clock)))
+    replicas.probe_all()
+    assert sorted(probed) == sorted(urls)  # none known yet: every one
+    seen: set[str] = set()
+    for _ in range(4):
+        probed.clear()
+        clock.now += 1.0
+        replicas.probe_all()
+        assert "http://w7" in probed  # not ready: every round
+        assert len(probed) == PROBES_PER_ROUND + 1
+        seen.update(probed)
+    assert seen == set(urls)  # the longest unheard first: all in turn
 
 
 def test_among_equally_loaded_workers_an_empty_one_heard_last_and_a_busy_one_heard_first_win():
