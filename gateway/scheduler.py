@@ -385,6 +385,12 @@ class Scheduler:
                 held += doc.inflight
         self.replicas.set_demand(queued, held)
 
+    def reweigh(self, now: float) -> None:
+        """What the scheduler thread does at each tidy (`_tidy`): tell the board, weigh the
+        documents (below)."""
+        with self._cond:
+            self._reweigh(now)
+
     def _reweigh(self, now: float) -> None:
         """Under the lock: tell the board the workers this process's urgent pages keep busy
         (`_say_urgent`) and the rate its documents were sent at, and weigh each by its lead
@@ -595,7 +601,7 @@ class Scheduler:
                                            start_within_s=_start_within(doc, task),
                                            path=doc.endpoint.path)
                 if attempt.outcome is Outcome.OK:
-                    self._timed(doc, attempt.seconds)
+                    self.page_timed(attempt.seconds, doc.urgent)
             except Exception as exc:  # never lose a page to a bug in the send path
                 log.exception("sending a chunk failed")
                 attempt = Attempt(Outcome.FAILED, None, {},
@@ -611,8 +617,11 @@ class Scheduler:
             log.exception("handling a replica's answer failed", extra={"logId": doc.log_id})
             self._chunk_fault(doc, task, replica.url, exc)
 
-    def _timed(self, doc: Document, seconds: float) -> None:
-        if doc.urgent:
+    def page_timed(self, seconds: float, urgent: bool = False) -> None:
+        """A page's attempt came back in `seconds` (the send threads book each): how long
+        pages take (gateway.reserve, the weighing's window) and, for an urgent page, the
+        workers urgent pages keep busy."""
+        if urgent:
             self._urgent.record(seconds, time.monotonic())
             return
         self._page_time.record(seconds)

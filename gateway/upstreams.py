@@ -557,10 +557,10 @@ class ReplicaSet:
             replicas = unsure + quiet[:PROBES_PER_ROUND]
         random.shuffle(replicas)  # an order of its own (above)
         for replica in replicas:
-            self._probe_one(replica)
+            self.probe_one(replica)
         self._notify()
 
-    def _probe_one(self, replica: Replica) -> None:
+    def probe_one(self, replica: Replica) -> None:
         """One /readyz probe carrying this process's board entry, and what it brings back:
         the replica's readiness (not behind a balancer: nginx's business), its worker, its
         room and the fleet board."""
@@ -595,7 +595,7 @@ class ReplicaSet:
         live = self.replicas() if unsure else []
         start = random.randrange(len(live)) if live else 0
         for index in range(SETTLE_PROBES if live else 0):
-            self._probe_one(live[(start + index) % len(live)])
+            self.probe_one(live[(start + index) % len(live)])
         with self._lock:
             self._news = True
         self._notify()

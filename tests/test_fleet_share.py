@@ -488,7 +488,8 @@ def test_gateways_that_never_heard_each_other_wake_together_within_the_fleet():
     for replicas in gateways:
         replicas.probe_all()  # an idle health round: a few workers, each a minute's memory
         clock.now += 6.0
-    assert all(not r.fleet._remember() for r in gateways)  # none heard of another
+    assert all(set(r.fleet.board.known_clients()) <= {r.fleet.id}
+               for r in gateways)  # none heard of another
     assert [w[0].board.known_clients() for w in fleet.workers[:1]][0].keys() == {
         r.fleet.id for r in gateways}
 
@@ -663,11 +664,9 @@ def test_among_equally_loaded_workers_an_empty_one_heard_last_and_a_busy_one_hea
         return True, {headers.CAPACITY: "4", headers.FREE: str(4 - held[url])}
 
     def heard_in_turn(replicas, order):
-        for url in order:  # one probe round per worker, a second apart
-            replica = next(r for r in replicas.replicas() if r.url == url)
-            replica.heard_at = float("-inf")
+        for url in order:  # one probe per worker, a second apart
             clock.now += 1.0
-            replicas._heard_load(replica, 4, 4 - held[url], finished=0, now=clock())
+            replicas.probe_one(next(r for r in replicas.replicas() if r.url == url))
 
     replicas = ReplicaSet(mode=MODE_LIST, urls=urls, probe=probe, clock=clock,
                           fleet=FleetView(Board(clock=clock), default_target=2.0))

@@ -195,7 +195,7 @@ def test_with_a_list_an_image_in_a_full_fleet_goes_where_this_processs_oldest_pa
         clock.now += 1.0
     assert len({r.url for r in order}) == 3
     for replica in reversed(order):  # each says it holds one page: the last heard first
-        replicas._probe_one(replica)
+        replicas.probe_one(replica)
         clock.now += 1.0
     assert replicas.acquire(urgent=True) is order[0]
     replicas.give_back(order[0])
@@ -342,14 +342,12 @@ def test_a_waves_lead_keeps_the_weight_and_one_that_lasts_a_page_time_steps_it_d
                  deadline=now + 60, kind="pdf")
     d.admitted_at = now - 8.0
     scheduler.fair.add(d)
-    scheduler._page_s = 2.0
-    scheduler._page_time.record(2.0)
+    scheduler.page_timed(2.0)
     scheduler.replicas.share = lambda: Share(0.5, 64.0, quota=8.0, rate=3.0)
 
     def weigh(at: float, ahead: float) -> float:
         d.sent = round(3.0 * (at - d.admitted_at + 2.0) + ahead)  # the fleet's rate, and more
-        with scheduler._cond:
-            scheduler._reweigh(at)
+        scheduler.reweigh(at)
         return d.weight.value
 
     assert weigh(now, 0) == 1.0
@@ -374,11 +372,9 @@ def test_a_document_ahead_of_its_process_gives_room_to_the_one_behind():
     for d, sent in ((ahead, 30 + 8), (behind, 30 - 8)):  # 3 chunks/s over 8 s and a page
         d.admitted_at, d.sent = now - 8.0, sent
         scheduler.fair.add(d)
-    scheduler._page_s = 2.0
-    scheduler._page_time.record(2.0)
+    scheduler.page_timed(2.0)
     scheduler.replicas.share = lambda: Share(0.5, 64.0, quota=8.0, rate=2.0)
-    with scheduler._cond:
-        scheduler._reweigh(now)
+    scheduler.reweigh(now)
     assert ahead.share < 1.0 < behind.share
     while (picked := scheduler.fair.pick(now, quota=8)) is not None:
         picked.take(now)
