@@ -680,6 +680,57 @@ def test_gpu_image_never_installs_cpu_onnxruntime_beside_the_gpu_one():
                              for r in docker_requirements.requirements(pyproject, ["worker"])]
 
 
+# ---- /layout-parsing: one worker pool (docs/capacity.md, section 9) ------------------------------
+LAYOUT_FETCH = "scripts/fetch_layout_models.py --dest /opt/ocrfleet/models"
+# Worker images built without the layout models: their /layout-parsing answers 500 naming the
+# missing file (the paddle variant's venv has no onnxruntime for them; docs/capacity.md says so).
+WITHOUT_LAYOUT = {"worker-gpu-paddle"}
+REPLICA_SOURCES = ("GATEWAY_REPLICA_DNS", "GATEWAY_REPLICAS", "GATEWAY_UPSTREAM_URL")
+
+
+def model_build_runs(image: str) -> str:
+    """The RUN lines of the build stages the image copies /opt/ocrfleet/models from."""
+    _, found = stages(IMAGES[image][0])
+    runs = []
+    for keyword, rest in image_chain(image):
+        if keyword == "COPY" and rest.startswith("--from=") and "/opt/ocrfleet/models" in rest:
+            stage = rest.split()[0].removeprefix("--from=")
+            runs += [r for k, r in found[stage]["instructions"] if k == "RUN"]
+    return " ".join(runs)
+
+
+@pytest.mark.parametrize("image", [i for i, (_, _, s) in IMAGES.items() if s == WORKER])
+def test_worker_images_lay_out_the_layout_models_at_build_time(image):
+    runs = model_build_runs(image)
+    assert "/opt/ocrfleet/models" in runs, f"{image}: no model build stage found"
+    assert (LAYOUT_FETCH in runs) == (image not in WITHOUT_LAYOUT), image
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_one_worker_pool_serves_both_endpoints(report, target):
+    """/ocr and /layout-parsing reach the same pods: one Deployment runs a worker image, the
+    gateway's one replica source is the headless Service that selects it (the gateway has no
+    per-endpoint setting), and the gateway and the worker both serve both routes, so
+    `kubectl scale deploy/ocr-worker` and the worker HPA size the capacity of both."""
+    objects = _objects(report, target)
+    workers = [d for d in of_kind(objects, "Deployment")
+               if the_container(d)["image"].split(":")[0].rsplit("/", 1)[-1].startswith(
+                   "worker")]
+    assert [d["metadata"]["name"] for d in workers] == [WORKER]
+    image = the_container(workers[0])["image"].split(":")[0].rsplit("/", 1)[-1]
+    assert image in IMAGES, f"{target}: {image} is built by no Dockerfile here"
+    env = container_env(objects, the_container(named(objects, "Deployment", GATEWAY)))
+    assert [name for name in REPLICA_SOURCES if env.get(name)] == ["GATEWAY_REPLICA_DNS"]
+    service = named(objects, "Service", env["GATEWAY_REPLICA_DNS"].split(".")[0])
+    assert selected_deployments(objects, service["spec"]["selector"]) == workers
+    for routes in (worker_routes(), gateway_routes()):
+        assert {("/ocr", "POST"), ("/layout-parsing", "POST")} <= routes
+    from gateway.config import GatewayConfig
+
+    assert not [f for f in GatewayConfig.__dataclass_fields__ if "layout" in f.lower()], \
+        "a per-endpoint gateway setting: this test and docs/capacity.md section 9 need updating"
+
+
 # ---- the job store ------------------------------------------------------------------------------
 @pytest.mark.parametrize("target", TARGETS)
 def test_gateways_share_the_job_store_of_the_render(report, target):
