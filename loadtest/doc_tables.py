@@ -19,6 +19,7 @@ FIGURES = REPO_ROOT / "docs" / "figures"
 # (document, table name, result file, renderer)
 TABLES = [
     ("docs/capacity.md", "fleet-table", "fleet.json", bench_fleet.table),
+    ("docs/capacity.md", "fleet-equal", "fleet-equal.json", bench_fleet.table),
     *[("docs/capacity.md", name, f"{name}.json", bench_fleet.table)
       for name in ("fleet-before", "fleet-equal-shares", "fleet-run-before",
                    "fleet-images-sent-at-once",
