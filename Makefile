@@ -15,7 +15,7 @@ export PYTHONPATH := $(CURDIR)
 
 .PHONY: install system-deps models run worker test test-fast bench bench-scaling bench-overload \
 	bench-fleet bench-route \
-	bench-accuracy bench-cache bench-gateway-memory bench-paddlex bench-layout loadtest k8s-validate screenshots lock audit container-deps \
+	bench-accuracy bench-cache bench-gateway-memory bench-paddlex bench-layout bench-layout-fleet loadtest k8s-validate screenshots lock audit container-deps \
 	images image-test image-smoke docs clean fuzz
 
 install: system-deps $(STAMP) $(MODELS_STAMP) $(LAYOUT_STAMP)
@@ -112,6 +112,10 @@ bench-paddlex: install
 # (docs/benchmarks.md; writes docs/figures/layout.json)
 bench-layout: install
 	$(PY) -m loadtest.bench_layout
+
+# one 40-page PDF through /layout-parsing and /ocr on 1, 2 and 4 real workers
+bench-layout-fleet: install
+	$(PY) -m loadtest.bench_layout_fleet
 
 # `make loadtest`: Locust, headless, against a running fleet (loadtest/README.md: the knobs);
 # it fails when a request failed (a wrong answer counts) or HOST is not ready (and says which)

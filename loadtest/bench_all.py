@@ -11,14 +11,14 @@ import traceback
 from typing import Any
 
 from loadtest import (bench_batch, bench_batching, bench_cache, bench_engine, bench_layout,
-                      bench_memory, bench_overload, bench_paddlex, bench_scaling, bench_soak,
-                      report)
+                      bench_layout_fleet, bench_memory, bench_overload, bench_paddlex,
+                      bench_scaling, bench_soak, report)
 
 PARTS: dict[str, Any] = {
     "scaling": bench_scaling, "overload": bench_overload, "engine": bench_engine,
     "soak": bench_soak, "memory": bench_memory, "batching": bench_batching,
     "batch-client": bench_batch, "cache": bench_cache, "paddlex": bench_paddlex,
-    "layout": bench_layout}
+    "layout": bench_layout, "layout-fleet": bench_layout_fleet}
 
 
 def main() -> int:

@@ -11,7 +11,8 @@ import re
 import sys
 
 from loadtest import (bench_accuracy, bench_all, bench_cache, bench_fleet, bench_gateway_memory,
-                      bench_layout, bench_memory, bench_paddlex, bench_scaling, memory_sources)
+                      bench_layout, bench_layout_fleet, bench_memory, bench_paddlex,
+                      bench_scaling, memory_sources)
 from scripts.fleet import REPO_ROOT
 
 FIGURES = REPO_ROOT / "docs" / "figures"
@@ -35,6 +36,7 @@ TABLES = [
     ("docs/benchmarks.md", "bench", "bench/summary.json", bench_all.table),
     ("docs/benchmarks.md", "accuracy", "accuracy.json", bench_accuracy.settings_table),
     ("docs/benchmarks.md", "layout", "layout.json", bench_layout.table),
+    ("docs/benchmarks.md", "layout-fleet", "layout-fleet.json", bench_layout_fleet.table),
     ("docs/operations.md", "memory-soak", "bench/memory.json", bench_memory.table),
     ("docs/operations.md", "memory-sources", "memory_sources.json", memory_sources.table),
     ("docs/operations.md", "memory-sources-before", "memory_sources-before.json",

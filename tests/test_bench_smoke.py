@@ -230,3 +230,23 @@ def test_layout_benchmark_smoke(results, monkeypatch):
     assert {"measured_at", "command", "commit", "machine", "engines"} <= result.keys()
     assert "TEDS" in bench_layout.table(result) and len(bench_layout.rows(result)) == 5
     json.dumps(result)
+
+
+def test_layout_fleet_benchmark_smoke(results, monkeypatch):
+    """`make bench-layout-fleet`'s code path: a 2-page PDF through a gateway on one and two
+    sim workers (the real layout models, one fixed line of text per page), both routes; the
+    page count is checked (the titles only the real engine reads)."""
+    from loadtest import bench_layout_fleet
+
+    monkeypatch.setenv("BENCH_LAYOUT_FLEET_ENGINE", "sim")
+    monkeypatch.setenv("BENCH_LAYOUT_FLEET_WORKERS", "1,2")
+    monkeypatch.setenv("BENCH_LAYOUT_FLEET_PAGES", "2")
+    result = bench_layout_fleet.measure()
+    runs = {(run["route"], run["workers"]): run for run in result["runs"]}
+    assert set(runs) == {(route, n) for route in ("/layout-parsing", "/ocr") for n in (1, 2)}
+    assert runs[("/ocr", 2)]["right"] and runs[("/ocr", 1)]["speedup"] == 1.0
+    assert all(run["problem"] is None or run["problem"].startswith("page 1 does not start")
+               for run in result["runs"])  # every page came back (the sim reads no title)
+    assert len(bench_layout_fleet.rows(result)) == 2 and "speed-up" in \
+        bench_layout_fleet.table(result)
+    json.dumps(result)
