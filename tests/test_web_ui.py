@@ -220,13 +220,13 @@ def fleet(tmp_path_factory):
     stop_all(processes)
 
 
-def read_document(page, path) -> dict:
-    """Upload `path`, wait for the summary, and return the stream's lines as the page got
-    them (per page index, and the summary)."""
+def read_document(page, path, route: str = "/ocr", button: str = "#submit") -> dict:
+    """Upload `path` with `button` (the one that posts to `route`), wait for the summary, and
+    return the stream's lines as the page got them (per page index, and the summary)."""
     page.set_input_files("#file", str(path))
-    with page.expect_response(lambda r: r.url.endswith("/ocr"),
+    with page.expect_response(lambda r: r.url.endswith(route),
                               timeout=OCR_TIMEOUT_MS) as response_info:
-        page.click("#submit")
+        page.click(button)
     page.wait_for_selector("#progress-text:has-text('finished')", timeout=OCR_TIMEOUT_MS)
     lines = [json.loads(line) for line in response_info.value.text().splitlines() if line]
     return {"pages": {line["pageIndex"]: line for line in lines if "pageIndex" in line},

@@ -20,8 +20,8 @@ from samples import layout_pages
 from samples.accuracy_corpus import _pdf
 from scripts.browser import chromium_missing
 from scripts.fleet import free_port, gateway_process, stop_all
-from tests.test_web_ui import (OCR_TIMEOUT_MS, browser, context, download,  # noqa: F401
-                               local_gateway, open_page)
+from tests.test_web_ui import (browser, context, download,  # noqa: F401
+                               local_gateway, open_page, read_document)
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(chromium_missing() is not None,
@@ -47,14 +47,7 @@ def layout_answer(markdown: str) -> str:
 
 def parse_layout(page, path) -> dict:
     """Upload `path` with "Layout → Markdown", wait until it is done; the stream's lines."""
-    page.set_input_files("#file", str(path))
-    with page.expect_response(lambda r: r.url.endswith("/layout-parsing"),
-                              timeout=OCR_TIMEOUT_MS) as response_info:
-        page.click("#submit-layout")
-    page.wait_for_selector("#progress-text:has-text('finished')", timeout=OCR_TIMEOUT_MS)
-    lines = [json.loads(line) for line in response_info.value.text().splitlines() if line]
-    return {"pages": {line["pageIndex"]: line for line in lines if "pageIndex" in line},
-            "summary": lines[-1]}
+    return read_document(page, path, "/layout-parsing", "#submit-layout")
 
 
 def attributes(page, selector: str) -> set[str]:
