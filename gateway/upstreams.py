@@ -206,6 +206,7 @@ class ReplicaSet:
         self._replicas: dict[str, Replica] = {}
         self._room = {False: Ranked(), True: Ranked()}  # urgent? -> replicas with room
         self._changes: list[tuple[float, str]] = []  # (when, url): its room may change then
+        self._due: dict[str, float] = {}  # url -> the soonest such time queued for it
         self._out = 0  # pages this process has out, at every replica
         self._removed = 0  # replicas gone from DNS with pages still out there
         self._balanced_at = float("-inf")
@@ -229,8 +230,8 @@ class ReplicaSet:
 
     def _place(self, replica: Replica, now: float) -> None:
         """Under the lock, after anything about `replica` changed: whether it has room now for
-        a document page and for an urgent one (the pools `acquire` draws from), and when that
-        may change by itself (a pause or an ejection ends, `_full_until`)."""
+        a document page and for an urgent one (the ranked replicas `acquire` takes from), and
+        when that may change by itself (a pause or an ejection ends, `_full_until`)."""
         for urgent, ranked in self._room.items():
             if self._open(replica, now, urgent):
                 ranked.set(replica.url, self._rank(replica, urgent))
@@ -239,12 +240,18 @@ class ReplicaSet:
         later = [t for t in (replica.busy_until, replica.ejected_until,
                              self._full_until(replica)) if t > now]
         if later and not replica.removed:
-            heapq.heappush(self._changes, (min(later), replica.url))
+            when = min(later)
+            if when < self._due.get(replica.url, float("inf")):  # (a sooner one placed it
+                self._due[replica.url] = when  # again, and queues what comes after)
+                heapq.heappush(self._changes, (when, replica.url))
 
     def _catch_up(self, now: float) -> None:
         """Under the lock: the replicas whose room changed by itself since (`_place`)."""
         while self._changes and self._changes[0][0] <= now:
-            _, url = heapq.heappop(self._changes)
+            when, url = heapq.heappop(self._changes)
+            if self._due.get(url) != when:
+                continue  # a sooner time for it came and went: it was placed again then
+            del self._due[url]
             replica = self._replicas.get(url)
             if replica is not None:
                 self._place(replica, now)
@@ -281,6 +288,8 @@ class ReplicaSet:
         if now < self._rebalance_due():
             return
         self._balanced_at, self._news = now, False
+        before = {url: replica.target for url, replica in self._replicas.items()}
+        reserved = self._reserved
         if self.mode == MODE_LOAD_BALANCER:
             share = self.fleet.share()
             self._limit = share.limit(self.fleet.default_target)
@@ -296,8 +305,11 @@ class ReplicaSet:
             self._reserved = self._reserve(share.reserve, now)
         self._quota = share.document_quota()
         self._share = share
-        for replica in self._replicas.values():  # targets and the reserve: every 50 ms at
-            self._place(replica, now)  # most, whatever the page rate
+        changed = reserved ^ self._reserved  # a replica's room follows its target and whether
+        changed |= {url for url, replica in self._replicas.items()  # it is kept for images
+                    if replica.target != before[url]}
+        for url in changed & self._replicas.keys():  # (one kept before may be gone)
+            self._place(self._replicas[url], now)
 
     def _reserve(self, count: int, now: float) -> frozenset[str]:
         """With a list: the replicas kept idle for urgent pages while the fleet keeps
