@@ -127,7 +127,7 @@ class GatewayConfig(ServerSettings):
     queue_pages: int = setting("GATEWAY_QUEUE_PAGES", 1000, 1)
     # the memory budget of requests: bodies being read, documents, answers not yet sent
     queue_bytes: int = setting("GATEWAY_QUEUE_BYTES", 512 * 1024 * 1024, 1024)
-    # pages a worker holds when it does not say (gateway.fleet)
+    # pages a worker holds when it does not say (gateway.flow.share)
     replica_target: float = setting("GATEWAY_REPLICA_TARGET", 2.0, 1, 1024)
     retry_budget_ratio: float = setting("GATEWAY_RETRY_BUDGET_RATIO", 0.2, 0)
     retry_budget_min: int = setting("GATEWAY_RETRY_BUDGET_MIN", 10, 0)

@@ -1,7 +1,7 @@
 """Talking to one replica: POST one chunk's body (to its document's endpoint, /ocr or
 /layout-parsing) with timeouts always, the caller's
 remaining time in `X-Deadline-Ms` (the worker drops pages nobody waits for any more), the
-fleet board (gateway.fleet) and the attempt's span in `traceparent` (services/ocr_api/
+fleet board (gateway.flow.share) and the attempt's span in `traceparent` (services/ocr_api/
 tracing.py), and the answer classified once (gateway.outcome). No retries here: whether and
 where to try again is the scheduler's decision (gateway.scheduler)."""
 
@@ -21,9 +21,9 @@ from services.ocr_api import headers as h
 from services.ocr_api import tracing
 
 from . import metrics
-from .fleet import FleetView
+from .flow.share import FleetView
 from .outcome import Attempt, Outcome, classify
-from .upstreams import Replica
+from .flow.replicas import Replica
 
 log = logging.getLogger("gateway.dispatch")
 

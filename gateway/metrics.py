@@ -38,7 +38,7 @@ _out_since: dict[str, float] = {}  # replica URL -> when it was first seen out o
 
 def record_ejections(replicas, now: float) -> None:
     """REPLICA_EJECTED_SECONDS: how long each replica has been out of service without a break:
-    ejected, or on probation (gateway.upstreams) while its trial page is out or its readiness
+    ejected, or on probation (gateway.flow.replicas) while its trial page is out or its readiness
     probe fails. A probation with no traffic and a ready probe does not count (a replica that
     came back at night stays on probation until the first page, and that is no alarm)."""
     seen = set()

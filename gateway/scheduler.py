@@ -1,5 +1,5 @@
 """The gateway's page queue: admitted documents wait here, and a page goes out only when a
-replica has room for it (gateway.upstreams keeps each replica's adaptive limit).
+replica has room for it (gateway.flow.replicas keeps each replica's adaptive limit).
 
 Fair share: within a priority class, the next free slot goes to the document with the fewest
 chunks in flight, ties taken in turn (round-robin); interactive documents (/ocr) go before
@@ -35,16 +35,17 @@ from typing import Any, Callable, Iterator, Protocol
 from services.ocr_api import tracing
 from services.ocr_api.errors import ApiError
 
-from . import assemble, lead, metrics
+from . import assemble, metrics
+from .flow import lead
 from .assemble import PageOutcome
 from .backoff import Backoff
 from .budget import RetryBudget
 from .dispatch import ReplicaClient
 from .endpoint import OCR, Endpoint
 from .outcome import Attempt, Outcome
-from .reserve import PageTime, UrgentLoad
+from .flow.reserve import PageTime, UrgentLoad
 from .split import Chunk
-from .upstreams import NoReplicas, Replica, ReplicaSet
+from .flow.replicas import NoReplicas, Replica, ReplicaSet
 
 log = logging.getLogger("gateway.scheduler")
 
@@ -117,9 +118,9 @@ class Document:
         self.pending: deque[Task] = deque()  # chunks put back (busy or retry), by position
         self.next_position = 0
         self.inflight = 0
-        self.sent = 0  # chunks sent at least once (gateway.lead)
+        self.sent = 0  # chunks sent at least once (gateway.flow.lead)
         self.weight = lead.Weight()  # its share of the fleet, in equal shares
-        self.moved = 0.0  # of a share, from or to its process's other documents (gateway.lead)
+        self.moved = 0.0  # of a share, from or to its process's other documents (gateway.flow.lead)
         self.stopped = False  # nothing more is sent (deadline, cancel, or failure)
         self.finished = False
         self.answers: queue.Queue = queue.Queue()
@@ -130,7 +131,7 @@ class Document:
     @property
     def share(self) -> float:
         """Its part of its process's room, in equal shares: its weight in the fleet, and what
-        is moved to or from the process's other documents (gateway.lead)."""
+        is moved to or from the process's other documents (gateway.flow.lead)."""
         return max(lead.MIN, self.weight.value + self.moved)
 
     @property
@@ -143,7 +144,7 @@ class Document:
     # ---- scheduler side ----------------------------------------------------------------------
     def has_queued(self) -> bool:
         """Chunks still to send (now or after a backoff): what makes it count in the fleet's
-        shares (gateway.fleet)."""
+        shares (gateway.flow.share)."""
         return not self.stopped and (self.next_position < self.num_chunks or bool(self.pending))
 
     def sendable(self, now: float) -> bool:
@@ -247,9 +248,9 @@ class FairQueue:
         """The next document with a chunk to send now: of the first priority class that has
         one, the document with the fewest chunks in flight, ties in turn (it then moves to the
         back of its ring; an urgent one first among equals). So documents share the fleet's
-        slots evenly (each one's in flight counted over its weight, gateway.lead), and a new
+        slots evenly (each one's in flight counted over its weight, gateway.flow.lead), and a new
         document (nothing in flight yet) gets the very next free slot. A document already at
-        `quota` chunks in flight (its equal share of the whole fleet, gateway.fleet; times its
+        `quota` chunks in flight (its equal share of the whole fleet, gateway.flow.share; times its
         weight) waits: the room another document leaves is not its to take.
         `urgent_only`: only room for an urgent page."""
         for priority in PRIORITIES:
@@ -313,8 +314,8 @@ class Scheduler:
         self._tidied_at = float("-inf")
         self._page_s: float | None = None  # what a page's attempt took lately (`_reweigh`)
         self._urgent = UrgentLoad()  # workers this process's urgent pages keep busy
-        self._page_time = PageTime()  # whether pages are long (gateway.reserve)
-        self._reserving = False  # the fleet keeps workers idle for urgent pages (gateway.reserve)
+        self._page_time = PageTime()  # whether pages are long (gateway.flow.reserve)
+        self._reserving = False  # the fleet keeps workers idle for urgent pages (gateway.flow.reserve)
         self._thread = threading.Thread(target=self._run, name="scheduler", daemon=True)
         replicas.on_change(self._wake)
 
@@ -366,14 +367,14 @@ class Scheduler:
             self._tell_demand()
 
     def _tell_demand(self) -> None:
-        """Under the lock: this process's weight in the fleet (gateway.fleet): its documents
+        """Under the lock: this process's weight in the fleet (gateway.flow.share): its documents
         with chunks still to send, and the chunks in flight of those with none left (they
         hold a slot each, and no more). An urgent document holds its one slot from the
         start: waiting for a worker to start it, it must not take a whole document's quota
         of the fleet from the others' documents; none while the fleet keeps workers idle for
-        urgent pages (gateway.reserve), which it runs on (and a process serving only images
+        urgent pages (gateway.flow.reserve), which it runs on (and a process serving only images
         then stays quiet, instead of telling every worker as it wakes and goes quiet with each
-        one). A document with pages to send counts its weight (gateway.lead)."""
+        one). A document with pages to send counts its weight (gateway.flow.lead)."""
         queued, held = 0.0, 0
         for doc in self.fair.documents():
             if doc.urgent:
@@ -394,7 +395,7 @@ class Scheduler:
     def _reweigh(self, now: float) -> None:
         """Under the lock: tell the board the workers this process's urgent pages keep busy
         (`_say_urgent`) and the rate its documents were sent at, and weigh each by its lead
-        on the fleet's (gateway.lead). Not before a page has come back: until then no lead
+        on the fleet's (gateway.flow.lead). Not before a page has come back: until then no lead
         can show."""
         page_s = self._page_s
         docs = [d for d in self.fair.documents() if not d.urgent and d.has_queued()]
@@ -423,7 +424,7 @@ class Scheduler:
     def _say_urgent(self, now: float, documents: bool) -> None:
         """Under the lock: the workers this process's urgent pages keep busy, said while pages
         are long (or may be: none timed yet), and whether it has
-        `documents` with pages to send and no page timed yet (gateway.reserve); without
+        `documents` with pages to send and no page timed yet (gateway.flow.reserve); without
         documents and a page timed, as the processes with documents say (FleetView)."""
         unknown = not self._page_time.known()
         self.replicas.fleet.set_urgent(
@@ -619,7 +620,7 @@ class Scheduler:
 
     def page_timed(self, seconds: float, urgent: bool = False) -> None:
         """A page's attempt came back in `seconds` (the send threads book each): how long
-        pages take (gateway.reserve, the weighing's window) and, for an urgent page, the
+        pages take (gateway.flow.reserve, the weighing's window) and, for an urgent page, the
         workers urgent pages keep busy."""
         if urgent:
             self._urgent.record(seconds, time.monotonic())

@@ -8,7 +8,7 @@ A /layout-parsing document takes the same path; its plan's Endpoint (gateway/end
 says where its chunks go and what its answer calls its pages.
 
 No Flask here; the queue and its policy live in gateway.scheduler, talking to a replica in
-gateway.dispatch, replica limits and health in gateway.upstreams."""
+gateway.dispatch, replica limits and health in gateway.flow.replicas."""
 
 from __future__ import annotations
 
@@ -39,8 +39,8 @@ from .outputs.sandbox import PdfBuilder, SandboxLimits
 from .outputs.spool import DiskBudget, PageSpool
 from .plan import Plan, PlanLimits, plan_document
 from .split import KIND_TIFF
-from .fleet import FleetView
-from .upstreams import MODE_DNS, MODE_LIST, MODE_LOAD_BALANCER, Probe, ReplicaSet
+from .flow.share import FleetView
+from .flow.replicas import MODE_DNS, MODE_LIST, MODE_LOAD_BALANCER, Probe, ReplicaSet
 
 log = logging.getLogger("gateway")
 READ_COST_JSON = 4.0  # memory while a body is read and planned, per byte of its length

@@ -11,9 +11,9 @@ import sys
 import time
 from typing import Any
 
-from gateway.fleet import FleetView
+from gateway.flow.share import FleetView
 from gateway.outcome import Attempt, Outcome
-from gateway.upstreams import MODE_LIST, ReplicaSet
+from gateway.flow.replicas import MODE_LIST, ReplicaSet
 from loadtest import bench_fleet, report
 from services.ocr_api import headers
 from services.ocr_worker.capacity import Pace, Presence

@@ -1,6 +1,6 @@
 """Two gateways share 32 sim workers on loopback (fleet mechanics, not OCR), behind one nginx
 and as a replica list: the documents sent to both progress together, because each gateway
-process takes its documents' share of the fleet (gateway/fleet.py), and the fleet's slots are
+process takes its documents' share of the fleet (gateway/flow/share.py), and the fleet's slots are
 learned from the workers, not configured. Progress is read from the NDJSON streams, page by
 page: no wall-clock figure is asserted."""
 
@@ -132,7 +132,7 @@ def test_documents_through_two_gateways_progress_together(mode, workers, process
     [progress] = first_finish
     # while every document still sent, each gateway met all the workers behind it, counted the
     # other's documents as the other did, and held the fleet's part its documents' weights
-    # call for (gateway.lead: a look, not one instant, as a document can be between chunks)
+    # call for (gateway.flow.lead: a look, not one instant, as a document can be between chunks)
     def agreed(look: list[dict]) -> bool:
         fleet = [share["fleetDocuments"] for share in look]
         return ([share["workers"] for share in look] == [WORKERS, WORKERS]
@@ -145,7 +145,7 @@ def test_documents_through_two_gateways_progress_together(mode, workers, process
     # the lone document on the second gateway kept pace with the three on the first: when the
     # first of the four ended, each had most of its pages. The first round of pages, before
     # the gateways have heard of each other, can be all one gateway's (32 workers, a quarter
-    # of a document): the lead it gives is given back (gateway.lead). Behind one balancer
+    # of a document): the lead it gives is given back (gateway.flow.lead). Behind one balancer
     # that is 0.89-0.98 of the pages (0.86 without it); with a list, where a gateway finds
     # the workers the other left only as it hears from them, 0.7-0.97 (0.76-0.93)
     assert min(progress) >= (0.85 if mode == "nginx" else 0.6) * PAGES, progress

@@ -1,7 +1,7 @@
 """The fleet board and the shares it gives, without a server: the board's newest-wins merge,
 a worker's target (Pace), each gateway process's fraction and slice, and two gateways
 sharing 64 simulated workers behind one load balancer (services/ocr_api/fleet_board.py,
-services/ocr_worker/capacity.py, gateway/fleet.py, gateway/upstreams.py)."""
+services/ocr_worker/capacity.py, gateway/flow/share.py, gateway/flow/replicas.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import random
 
 import pytest
 
-from gateway import lead
+from gateway.flow import lead
 from gateway.outcome import Attempt
-from gateway.fleet import REBUILD_S, RISE_AFTER_S, WAKE_UNSURE_S, FleetView, dither
+from gateway.flow.share import REBUILD_S, RISE_AFTER_S, WAKE_UNSURE_S, FleetView, dither
 from gateway.outcome import Outcome
-from gateway.upstreams import PROBES_PER_ROUND, MODE_LIST, MODE_LOAD_BALANCER, ReplicaSet
+from gateway.flow.replicas import PROBES_PER_ROUND, MODE_LIST, MODE_LOAD_BALANCER, ReplicaSet
 from services.ocr_api import headers
 from services.ocr_api.fleet_board import MAX_SENT_CHARS, Board, slots_of
 from services.ocr_worker.capacity import Pace, Presence
@@ -196,7 +196,7 @@ def test_the_fleets_rate_is_every_processs_rate_by_its_demand():
     assert view.share().rate == pytest.approx(9.0)
 
 
-# ---- shares that remember (gateway.lead) ---------------------------------------------------
+# ---- shares that remember (gateway.flow.lead) ---------------------------------------------------
 def test_a_documents_rate_counts_its_first_page_time_so_a_fair_start_is_its_shares_rate():
     quota, page_s = 8, 2.0  # a share of 8 chunks in flight, 2 s each: 4 chunks/s
     assert lead.rate(quota, 0.0, page_s) == pytest.approx(4.0)  # the first round at once
@@ -380,7 +380,7 @@ def test_two_gateways_behind_one_balancer_fill_64_workers_in_proportion_to_their
 
 
 def test_an_image_goes_out_when_its_processs_share_shrinks_under_its_documents_pages():
-    """A document that got ahead is slowed (gateway.lead): its process's share shrinks under
+    """A document that got ahead is slowed (gateway.flow.lead): its process's share shrinks under
     the pages it has out. An image there is within the share from the moment it comes."""
     clock = Clock()
     fleet = SimulatedFleet(clock, 64)
@@ -595,7 +595,7 @@ def test_gateways_with_a_replica_list_fill_the_emptiest_workers_within_their_sha
 def test_gateways_with_a_replica_list_woken_together_leave_the_images_workers_idle():
     """Three processes that knew each other idle, woken together by documents sent at once,
     no page timed yet. Each counts the others as busy as itself until it has heard them, and
-    keeps one worker in 16 idle for images (gateway.reserve). Each taking the fleet as its
+    keeps one worker in 16 idle for images (gateway.flow.reserve). Each taking the fleet as its
     own, its pages would stop only at the workers' room (each holds its target, one page
     here), after every worker held one: none left idle for an image for a page time."""
     clock = Clock()
@@ -699,7 +699,7 @@ def test_behind_a_balancer_a_rise_in_demand_is_taken_once_the_others_may_have_he
     board.merge("c:bbbb:2:200:0")  # another process, 2 documents
     assert view.share().reserve == 2
     assert view.share().fraction * 40 == pytest.approx(19)
-    view.set_demand(1)  # a document's weight down (gateway.lead): at once
+    view.set_demand(1)  # a document's weight down (gateway.flow.lead): at once
     assert view.share().fraction * 40 == pytest.approx(38 / 3)
     clock.now += 0.5
     view.set_demand(2)  # back up: said at once, taken later

@@ -17,8 +17,8 @@ from gateway.outcome import Outcome, classify
 from gateway.scheduler import BATCH, INTERACTIVE, START_WITHIN_S, Document, FairQueue, \
     Scheduler, SchedulerSettings
 from gateway.split import Chunk
-from gateway.fleet import FleetView, Share
-from gateway.upstreams import FULL_FOR_S, MODE_LIST, MODE_LOAD_BALANCER, REFUSED_FOR_S, \
+from gateway.flow.share import FleetView, Share
+from gateway.flow.replicas import FULL_FOR_S, MODE_LIST, MODE_LOAD_BALANCER, REFUSED_FOR_S, \
     LimitSettings, ReplicaSet
 from services.ocr_api.fleet_board import Board
 from services.ocr_api.errors import ApiError
@@ -157,7 +157,7 @@ def test_with_a_list_a_worker_that_refused_a_page_is_left_alone_until_its_page_u
 
 def test_with_a_list_every_process_keeps_the_same_workers_idle_for_images():
     """While the fleet keeps workers idle for urgent pages (pages long, or none timed yet,
-    gateway.reserve), every process leaves the same ones (the first by a hash of their URLs)
+    gateway.flow.reserve), every process leaves the same ones (the first by a hash of their URLs)
     out of its documents' pages and sends its images there first. Left by the arithmetic
     alone, the idle workers would be wherever the others' pages were not, and each process
     knows of those only what their answers told it a while ago."""
@@ -210,7 +210,7 @@ def test_with_a_list_document_pages_ask_the_worker_to_refuse_them_beyond_its_tar
     from types import SimpleNamespace
 
     from gateway.dispatch import DispatchSettings, ReplicaClient
-    from gateway.upstreams import Replica
+    from gateway.flow.replicas import Replica
 
     sent = []
 
@@ -320,7 +320,7 @@ def test_a_document_at_its_fleet_quota_leaves_the_room_to_the_others():
 def test_a_document_that_got_ahead_holds_its_weight_of_the_slots():
     fair = FairQueue()
     ahead, behind = doc(40), doc(40)
-    ahead.weight.value = 0.5  # gateway.lead: two quotas ahead of the fleet
+    ahead.weight.value = 0.5  # gateway.flow.lead: two quotas ahead of the fleet
     for d in (ahead, behind):
         fair.add(d)
     while (picked := fair.pick(0, quota=4)) is not None:
@@ -332,7 +332,7 @@ def test_a_document_that_got_ahead_holds_its_weight_of_the_slots():
 def test_a_waves_lead_keeps_the_weight_and_one_that_lasts_a_page_time_steps_it_down():
     """Right after a wave every process sees its documents a quota ahead of the fleet's rate
     (the others' rates are a second old), and slowing them all at once idled a third of 64
-    workers (gateway.lead). The scheduler weighs a document by its mean lead over the last
+    workers (gateway.flow.lead). The scheduler weighs a document by its mean lead over the last
     page time: a wave's is over in a moment."""
     scheduler = Scheduler(replica_set(["http://a"]), ScriptedClient(lambda *a: 200),
                           ThreadPoolExecutor(1), SchedulerSettings(), RetryBudget())
@@ -747,7 +747,7 @@ def test_a_scheduler_that_dies_says_so(run_scheduler):
 @pytest.mark.parametrize("mode", [MODE_LOAD_BALANCER, MODE_LIST])
 def test_documents_leave_workers_idle_until_a_page_is_timed(mode):
     """32 workers (behind one balancer, or a list of them), a long document and no page
-    timed yet: its pages leave one worker in 16 idle (gateway.reserve), so an image that
+    timed yet: its pages leave one worker in 16 idle (gateway.flow.reserve), so an image that
     comes during the first page time finds one; once a page is timed (a short one here),
     the reserve goes."""
     gate, sent = threading.Event(), []

@@ -11,7 +11,7 @@ from gateway.config import GatewayConfig
 from gateway.outcome import Attempt, Outcome
 from gateway.outputs import paddlex
 from gateway.split import PdfCutter, group_pages
-from gateway.upstreams import MODE_DNS, MODE_LIST, NoReplicas, ReplicaSet
+from gateway.flow.replicas import MODE_DNS, MODE_LIST, NoReplicas, ReplicaSet
 from samples import documents
 from services.ocr_api.settings import ConfigError
 
@@ -256,8 +256,8 @@ def test_an_image_asking_to_start_soon_goes_on_a_connection_of_its_own():
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from gateway.dispatch import DispatchSettings, ReplicaClient, make_pool
-    from gateway.fleet import FleetView
-    from gateway.upstreams import Replica
+    from gateway.flow.share import FleetView
+    from gateway.flow.replicas import Replica
 
     seen = []
 

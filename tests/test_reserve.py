@@ -1,13 +1,13 @@
-"""Workers kept idle for urgent pages when pages are long behind a balancer (gateway/reserve.py,
-its `u` entries on the board and the share it leaves the documents, gateway/fleet.py). Pure:
+"""Workers kept idle for urgent pages when pages are long behind a balancer (gateway/flow/reserve.py,
+its `u` entries on the board and the share it leaves the documents, gateway/flow/share.py). Pure:
 no server, the clock given."""
 
 from __future__ import annotations
 
 import pytest
 
-from gateway.fleet import FleetView
-from gateway.reserve import MAX_SHARE, PageTime, UrgentLoad, reserve_for
+from gateway.flow.share import FleetView
+from gateway.flow.reserve import MAX_SHARE, PageTime, UrgentLoad, reserve_for
 from services.ocr_api.fleet_board import Board
 
 

@@ -19,17 +19,17 @@ so no clock is shared) and carried with its age (seconds since its owner last sa
 - `f`, a client's **fleet estimate**: the slots it counts. Every gateway takes the largest
   live estimate, so one that has met the new workers of a scale-up tells the others at once.
 - `s`, a client's **send rate**: the chunks per second its documents with pages to send were
-  sent at since they came (gateway.lead), so that a document that got ahead in one gateway gives
+  sent at since they came (gateway.flow.lead), so that a document that got ahead in one gateway gives
   the lead back to those in the others.
 - `n`, a worker's **gateway processes**: how many clients it has heard of in the last
   REMEMBER_S. A gateway process that wakes (documents come after a quiet spell) has often
   not heard of every other one yet (entries expire in seconds, and idle processes meet few
-  workers); the workers, which every process probes, have. gateway.fleet counts the ones it
+  workers); the workers, which every process probes, have. gateway.flow.share counts the ones it
   has not heard of as waking too, for the moment it takes to hear them.
 - `u`, a client's **urgent load**: how many workers its interactive pages keep busy on
   average, said while pages are long enough that waiting for one to end would make them late
   (0 otherwise). The fleet keeps that many workers idle for them, and a margin
-  (gateway.reserve).
+  (gateway.flow.reserve).
 
 A gateway sends its own entry and everything it knows on each page; a worker merges what it
 is sent and answers with its own entry and its board. An entry thus reaches every gateway
@@ -217,7 +217,7 @@ def _format(entry: Entry, now: float) -> str:
     gateways and workers many times a second, an entry whose age was rounded to the nearest
     (and told by a header built a moment before it went) came back fresher than its owner
     said it each time, since a fresher copy wins; an old `c` entry of a process stayed
-    seconds younger than it was, as if said after another process woke (gateway.fleet)."""
+    seconds younger than it was, as if said after another process woke (gateway.flow.share)."""
     age = max(0, math.ceil((now - entry.heard) * 10 - 0.01))  # (a millisecond is none)
     return f"{entry.kind}:{entry.id}:{entry.seq}:{round(entry.value * 100)}:{age}"
 

@@ -2,7 +2,7 @@
 the lead back.
 
 Equal documents submitted together should finish together, whichever gateway process they
-came through. Shares are equal at every moment (gateway.fleet), but the first moments are
+came through. Shares are equal at every moment (gateway.flow.share), but the first moments are
 not: a process that admits its documents before it has heard the others' demand sends up to
 the share its board shows, and its documents start a whole page time ahead. With equal
 shares from then on, the lead is never given back, and they finish first.

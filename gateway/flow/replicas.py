@@ -2,7 +2,7 @@
 
 The replica set is one load-balancer URL (nginx, a ClusterIP Service), a fixed list of worker
 URLs, or a DNS name re-resolved periodically (a k8s headless Service). How many pages this
-gateway process keeps outstanding follows the fleet (gateway.fleet): its share of the sum of
+gateway process keeps outstanding follows the fleet (gateway.flow.share): its share of the sum of
 the workers' targets (each worker says how many pages keep it busy), shared between gateway
 processes by their documents. So workers are kept just busy (about one page running,
 sometimes one waiting), everything beyond waits in the gateway's fair queue, where a 1-page
@@ -31,7 +31,7 @@ later refuses it at once (Outcome.LATER: no pause, no attempt spent), and the ne
 to another (the balancer rotates; with a list, one not tried yet). Sent into a full fleet
 without asking, it would wait behind a whole page at whichever worker it met. With a list,
 an image goes first to an idle worker kept for urgent pages (`_reserve`: the same ones in
-every process, while the fleet keeps some, gateway.reserve), else to one idle, else to the
+every process, while the fleet keeps some, gateway.flow.reserve), else to one idle, else to the
 one where this process's oldest page out was sent (`_rank`).
 
 Busy is not down: a 503/429 (not a LATER) pauses the replica briefly (a short, growing
@@ -62,11 +62,11 @@ from typing import Callable, Mapping
 from services.ocr_api import headers as h
 from services.ocr_api.fleet_board import slots_of
 
-from .backoff import Backoff
-from .fleet import MAX_PROBE_ROUND, FleetView, Share, dither
-from .outcome import Attempt, Outcome
+from ..backoff import Backoff
+from .share import MAX_PROBE_ROUND, FleetView, Share, dither
+from ..outcome import Attempt, Outcome
 
-log = logging.getLogger("gateway.upstreams")
+log = logging.getLogger("gateway.flow.replicas")
 
 MODE_LOAD_BALANCER = "load_balancer"
 MODE_LIST = "list"
@@ -212,7 +212,7 @@ class ReplicaSet:
         self._balanced_at = float("-inf")
         self._news = True  # demand or a board changed since the last rebalance
         self._limit = 1  # pages this process may keep out in all (its share of the fleet)
-        self._quota: int | None = None  # chunks in flight per document (gateway.fleet)
+        self._quota: int | None = None  # chunks in flight per document (gateway.flow.share)
         self._share: Share | None = None  # the board as last read (`_rebalance`)
         self._reserved: frozenset[str] = frozenset()  # with a list: kept for urgent pages
         self._probe_skip_s = 0.0  # the health interval, once probing runs
@@ -267,7 +267,7 @@ class ReplicaSet:
 
     def set_demand(self, documents: float, held: int = 0) -> None:
         """The scheduler's documents with pages to send, and the pages in flight of those
-        with none left: this process's weight in the fleet (gateway.fleet)."""
+        with none left: this process's weight in the fleet (gateway.flow.share)."""
         before = self.fleet.demand()
         if (documents, held) == before:  # told on every page's events: mostly no news
             return
@@ -283,7 +283,7 @@ class ReplicaSet:
 
     # ---- the share -----------------------------------------------------------------------------
     def _rebalance(self, now: float) -> None:
-        """Under the lock: this process's limit (its share of the fleet, gateway.fleet) and
+        """Under the lock: this process's limit (its share of the fleet, gateway.flow.share) and
         each replica's target, recomputed when there is news, at most every REBALANCE_S."""
         if now < self._rebalance_due():
             return
@@ -313,7 +313,7 @@ class ReplicaSet:
 
     def _reserve(self, count: int, now: float) -> frozenset[str]:
         """With a list: the replicas kept idle for urgent pages while the fleet keeps
-        `count` workers so (gateway.reserve), the same in every gateway process (the first by
+        `count` workers so (gateway.flow.reserve), the same in every gateway process (the first by
         a hash of their URLs: each has the same list). Each process knows which workers its
         own pages fill, and of the others only what their answers told it a while ago: idle
         workers left by the arithmetic alone would be anywhere, and an image would look for
@@ -323,7 +323,7 @@ class ReplicaSet:
         return frozenset(ranked[:count])
 
     def share(self) -> Share | None:
-        """The fleet board as last read: quota and rate (gateway.lead); None before any."""
+        """The fleet board as last read: quota and rate (gateway.flow.lead); None before any."""
         with self._lock:
             self._rebalance(self._clock())
             return self._share
@@ -383,9 +383,9 @@ class ReplicaSet:
 
     def _open(self, replica: Replica, now: float, urgent: bool) -> bool:
         """Room for one more page at `replica`. An urgent page is counted in this process's
-        share from the moment it comes (a held page, gateway.fleet), so it does not wait for
+        share from the moment it comes (a held page, gateway.flow.share), so it does not wait for
         its documents' pages to come back when the share shrinks under them (a document
-        that got ahead is slowed, gateway.lead): behind a balancer, whose one URL holds the
+        that got ahead is slowed, gateway.flow.lead): behind a balancer, whose one URL holds the
         whole share, only a pause stops it; with a list, a worker it fits at."""
         if urgent and self.mode == MODE_LOAD_BALANCER:
             return replica.eligible(now) and replica.busy_until <= now
@@ -547,7 +547,7 @@ class ReplicaSet:
         """Readiness of every replica, each probe carrying this process's board entry. A
         probe never ends an ejection or a probation: only a real answer does (a replica that
         timed out may answer /readyz and still hang on OCR). Behind a load balancer: rounds
-        of probes through it that meet the workers behind it (gateway.fleet). `every`: also
+        of probes through it that meet the workers behind it (gateway.flow.share). `every`: also
         the replicas heard from just now (to tell them this process's news). Otherwise every
         replica not known ready, and of the ready ones not heard from in three health
         intervals (an answer says it is alive and its room) the PROBES_PER_ROUND heard from

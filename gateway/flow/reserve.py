@@ -9,7 +9,7 @@ image. So the fleet keeps workers idle for them. Each gateway process measures h
 its urgent pages keep busy on average (UrgentLoad: their rate over the last WINDOW_S times
 their median time, Little's law) and says it on the board (`u`, while its pages are long);
 every process keeps `reserve_for(the fleet's sum)` workers out of its documents' share
-(gateway.fleet): the load and a standard deviation of it (arrivals at random), at most one
+(gateway.flow.share): the load and a standard deviation of it (arrivals at random), at most one
 worker in 16. Until
 it has timed a page, a process with documents keeps the most (and says its urgent load):
 documents sent at once would otherwise fill every worker for the first page time. The
@@ -19,7 +19,7 @@ cost and gave, measured, is in docs/design.md ("What the flow-control figures sh
 
 Behind a balancer, nginx sends each page to the emptiest worker, so the documents share the
 workers less the reserve and no worker holds a page queued. With a list, every process keeps
-the same workers idle (gateway.upstreams `_reserve`) and the others keep their page queued:
+the same workers idle (gateway.flow.replicas `_reserve`) and the others keep their page queued:
 without, the gap before each worker's next page cost more than the reserve gave. Pure apart
 from a lock: the caller gives the time."""
 

@@ -9,7 +9,7 @@ pass each other (services/ocr_api/fleet_board.py).
   its documents' quotas in flight. So equal documents get equal shares of the fleet
   whichever gateway they came through, and the limit follows the fleet as it grows or
   shrinks: nothing is configured, nothing plateaus.
-- **Where** is gateway.upstreams' business: the balancer's (nginx `least_conn`), or the
+- **Where** is gateway.flow.replicas' business: the balancer's (nginx `least_conn`), or the
   emptiest worker by what the workers last said.
 - **Which workers exist** behind a balancer: the ones whose entries the board carries,
   heard from in its last two minutes (they answer pages and probes), and a draining worker
@@ -53,8 +53,8 @@ class Share:
     documents: float = 1.0  # every process's documents with pages to send
     held: float = 0.0  # every process's held pages
     quota: float = 2.0  # slots per document with pages to send
-    rate: float | None = None  # chunks/s the fleet's documents were sent at (gateway.lead)
-    reserve: int = 0  # workers kept idle for urgent pages (gateway.reserve)
+    rate: float | None = None  # chunks/s the fleet's documents were sent at (gateway.flow.lead)
+    reserve: int = 0  # workers kept idle for urgent pages (gateway.flow.reserve)
 
     def target_of(self, worker_ids: Iterable[str], default: float) -> float:
         """The pages one replica URL holds: the targets of the worker processes heard behind
@@ -93,14 +93,14 @@ class FleetView:
         self._first_wave = False  # woken, and no document page of its has come back since
         self._documents_gone_at = float("-inf")  # when its last document was all sent
         self._woke_untold = False  # woken since the last `untold`
-        self.balanced = True  # behind one balancer (gateway.upstreams says): a first wave
+        self.balanced = True  # behind one balancer (gateway.flow.replicas says): a first wave
         # is capped and a rise is taken late (`share`); with a list, each worker's room
         # (its target, which it holds to) bounds what processes that have not heard send it
 
     # ---- what this process says --------------------------------------------------------------
     def set_demand(self, documents: float, held: int = 0) -> bool:
         """How many documents this process has with pages to send (their weights' sum,
-        gateway.lead), and the pages in flight of its documents with none left to send (the
+        gateway.flow.lead), and the pages in flight of its documents with none left to send (the
         scheduler's). True when this process has just gone quiet (nothing to send, nothing
         out) or just woken: news no page carries soon enough (see `untold`). Woken means
         documents to send after WAKE_UNSURE_S without any, whatever else is in flight: an
@@ -109,7 +109,7 @@ class FleetView:
         would probe every worker). With a list too: each worker's room (its target, which it
         holds to) bounds what the processes that woke together send it, but each taking the
         fleet as its own, they would fill every worker before hearing each other, and leave
-        none idle for an image (gateway.reserve) for a page time."""
+        none idle for an image (gateway.flow.reserve) for a page time."""
         now = self.board.clock()
         with self._lock:
             was_busy = bool(self._documents or self._held)
@@ -164,7 +164,7 @@ class FleetView:
 
     def set_rate(self, rate: float) -> None:
         """The mean rate this process's documents with pages to send were sent at
-        (gateway.lead)."""
+        (gateway.flow.lead)."""
         rate = round(rate, 2)  # the board's resolution
         with self._lock:
             if rate != self._rate:
@@ -173,8 +173,8 @@ class FleetView:
     def set_urgent(self, load: float, page_time_unknown: bool = False,
                    follow: bool = False) -> None:
         """The workers this process's urgent pages keep busy on average, while pages are long
-        (gateway.reserve), else 0; and whether it has timed no page yet behind a balancer
-        (its documents then leave the most workers idle, gateway.reserve). `follow`: this
+        (gateway.flow.reserve), else 0; and whether it has timed no page yet behind a balancer
+        (its documents then leave the most workers idle, gateway.flow.reserve). `follow`: this
         process has no documents and has timed no page (it sends images only), so whether
         pages are long is known to the processes with documents: its load is said only while
         one of them says one. Said regardless, it would keep a reserve (and each worker's
@@ -205,7 +205,7 @@ class FleetView:
         are on the board. When it goes quiet, they keep a share for it until its last entries
         expire (`client_ttl_s`), and a lone document elsewhere crawls; when it wakes, what it
         knows of them is as old as its quiet spell. So both are told (and heard) by probes at
-        once (gateway.upstreams `tell`); a blink (quiet and busy again before the probes go)
+        once (gateway.flow.replicas `tell`); a blink (quiet and busy again before the probes go)
         is not news. Woken by documents, it tells also when the others' entries have expired
         but it (or a worker) heard of them in the last REMEMBER_S: they may be waking too
         (`_demands`)."""
@@ -262,10 +262,10 @@ class FleetView:
         process has heard of, or a larger estimate another gateway process has (one that has
         already met the new workers of a scale-up). With a replica list or DNS name, the
         gateway knows the replicas itself: `replica_slots`, the sum of their targets. While
-        the fleet keeps workers idle for urgent pages (gateway.reserve), behind a balancer
+        the fleet keeps workers idle for urgent pages (gateway.flow.reserve), behind a balancer
         the documents share the workers less those, not the slots: a worker's target beyond
         its one page (a page queued) would fill them (nginx sends each page to the emptiest).
-        With a list, every process leaves the same workers idle (gateway.upstreams
+        With a list, every process leaves the same workers idle (gateway.flow.replicas
         `_reserved`): the documents share the slots less those workers' part, and the
         others keep their page queued (it hides the gap before their next)."""
         with self._lock:
@@ -309,7 +309,7 @@ class FleetView:
         rise is taken RISE_AFTER_S after it was said (a fall at once): its news reaches the
         other processes through the workers' answers, a second or so later behind nginx with
         long pages, and taken at once, a rise (a document's weight back up as its lead
-        shrinks, gateway.lead; a new document) would add to the shares the others still take
+        shrinks, gateway.flow.lead; a new document) would add to the shares the others still take
         by its old demand: the fleet's images would wait behind the pages over. The least it
         said since then (a dip and a rise within it: the others may have taken the dip's
         room). Not while just woken (`unsure`: its documents come one by one as they are
@@ -338,7 +338,7 @@ class FleetView:
         own until its first pages come back, over-filling the fleet and leaving no worker
         idle for images. Those that woke together each take an equal part meanwhile, and as each hears the
         others' news (they tell every worker as they wake, and it probes a few every
-        TELL_GAP_S, gateway.upstreams `settle`), their documents. After that, until its first
+        TELL_GAP_S, gateway.flow.replicas `settle`), their documents. After that, until its first
         pages come back (behind a balancer), old news is no news while others woke too: a
         process last heard idle before this one woke counts as busy as this one, once another
         has been heard with documents since (news reaches a process in its first wave only

@@ -1,0 +1,1 @@
+"""Flow control: how many pages are out, and which replica gets the next one."""
