@@ -34,11 +34,12 @@ from .cache import Policy, build_cache
 from .config import GatewayConfig
 from .dispatch import DispatchSettings, ReplicaClient, make_pool, probe_ready
 from .endpoint import OCR, Endpoint
-from .scheduler import INTERACTIVE, Document, Scheduler, SchedulerSettings
+from .scheduler import Scheduler, SchedulerSettings
 from .outputs.sandbox import PdfBuilder, SandboxLimits
 from .outputs.spool import DiskBudget, PageSpool
 from .plan import Plan, PlanLimits, plan_document
 from .split import KIND_TIFF
+from .flow.queue import INTERACTIVE, Document
 from .flow.share import FleetView
 from .flow.replicas import MODE_DNS, MODE_LIST, MODE_LOAD_BALANCER, Probe, ReplicaSet
 

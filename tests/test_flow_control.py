@@ -14,8 +14,8 @@ from gateway.admission import FrontDoor
 from gateway.budget import RetryBudget
 from gateway.outcome import Attempt
 from gateway.outcome import Outcome, classify
-from gateway.scheduler import BATCH, INTERACTIVE, START_WITHIN_S, Document, FairQueue, \
-    Scheduler, SchedulerSettings
+from gateway.flow.queue import BATCH, INTERACTIVE, Document, FairQueue
+from gateway.scheduler import START_WITHIN_S, Scheduler, SchedulerSettings
 from gateway.split import Chunk
 from gateway.flow.share import FleetView, Share
 from gateway.flow.replicas import FULL_FOR_S, MODE_LIST, MODE_LOAD_BALANCER, REFUSED_FOR_S, \
@@ -342,7 +342,7 @@ def test_a_waves_lead_keeps_the_weight_and_one_that_lasts_a_page_time_steps_it_d
                  deadline=now + 60, kind="pdf")
     d.admitted_at = now - 8.0
     scheduler.fair.add(d)
-    scheduler.page_timed(2.0)
+    scheduler.demand.page_timed(2.0)
     scheduler.replicas.share = lambda: Share(0.5, 64.0, quota=8.0, rate=3.0)
 
     def weigh(at: float, ahead: float) -> float:
@@ -372,7 +372,7 @@ def test_a_document_ahead_of_its_process_gives_room_to_the_one_behind():
     for d, sent in ((ahead, 30 + 8), (behind, 30 - 8)):  # 3 chunks/s over 8 s and a page
         d.admitted_at, d.sent = now - 8.0, sent
         scheduler.fair.add(d)
-    scheduler.page_timed(2.0)
+    scheduler.demand.page_timed(2.0)
     scheduler.replicas.share = lambda: Share(0.5, 64.0, quota=8.0, rate=2.0)
     scheduler.reweigh(now)
     assert ahead.share < 1.0 < behind.share
