@@ -3,7 +3,7 @@
 remaining time in `X-Deadline-Ms` (the worker drops pages nobody waits for any more), the
 fleet board (gateway.flow.share) and the attempt's span in `traceparent` (services/ocr_api/
 tracing.py), and the answer classified once (gateway.outcome). No retries here: whether and
-where to try again is the scheduler's decision (gateway.scheduler)."""
+where to try again is decided in gateway.flow.settle."""
 
 from __future__ import annotations
 

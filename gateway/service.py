@@ -7,8 +7,8 @@
 A /layout-parsing document takes the same path; its plan's Endpoint (gateway/endpoint.py)
 says where its chunks go and what its answer calls its pages.
 
-No Flask here; the queue and its policy live in gateway.scheduler, talking to a replica in
-gateway.dispatch, replica limits and health in gateway.flow.replicas."""
+No Flask here; sending pages lives in gateway.scheduler, the queue and flow control in
+gateway/flow/ (queue, replicas, share), talking to a replica in gateway.dispatch."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ from .plan import Plan, PlanLimits, plan_document
 from .split import KIND_TIFF
 from .flow.queue import INTERACTIVE, Document
 from .flow.share import FleetView
-from .flow.replicas import MODE_DNS, MODE_LIST, MODE_LOAD_BALANCER, Probe, ReplicaSet
+from .flow import BalancedReplicas, DnsReplicas, HealthLoop, ListedReplicas, Probe, ReplicaSet
 
 log = logging.getLogger("gateway")
 READ_COST_JSON = 4.0  # memory while a body is read and planned, per byte of its length
@@ -50,15 +50,15 @@ READ_COST_MULTIPART = 2.5
 
 def build_replica_set(config: GatewayConfig, probe: Probe, fleet: FleetView,
                       resolver=None) -> ReplicaSet:
+    """The placement the configuration names: one balancer URL, a list, or a DNS name."""
     options: dict[str, Any] = dict(probe=probe, eject_s=config.eject_s, fleet=fleet)
+    if config.upstream_url:
+        return BalancedReplicas(urls=[config.upstream_url.rstrip("/")], **options)
+    if config.replicas:
+        return ListedReplicas(urls=list(config.replicas), **options)
     if resolver is not None:
         options["resolver"] = resolver
-    if config.upstream_url:
-        return ReplicaSet(mode=MODE_LOAD_BALANCER, urls=[config.upstream_url.rstrip("/")],
-                          **options)
-    if config.replicas:
-        return ReplicaSet(mode=MODE_LIST, urls=list(config.replicas), **options)
-    return ReplicaSet(mode=MODE_DNS, dns=config.replica_dns, **options)
+    return DnsReplicas(dns=config.replica_dns, **options)
 
 
 class GatewayService:
@@ -71,6 +71,7 @@ class GatewayService:
         self.replicas = build_replica_set(
             config, lambda url, headers: self._probe(url, {**auth, **headers}),
             self.fleet, resolver)
+        self.health = HealthLoop(self.replicas)
         self.executor = ThreadPoolExecutor(config.max_inflight, thread_name_prefix="send")
         self.front = FrontDoor(config.queue_pages, config.queue_bytes)
         self.answer_memory = config.answer_memory_mb * 2**20
@@ -107,7 +108,7 @@ class GatewayService:
 
     def start(self) -> None:
         self.scheduler.start()
-        self.replicas.start_background(
+        self.health.start(
             self.config.dns_refresh_s, self.config.health_interval_s,
             after_probe=lambda replicas: metrics.record_replicas(replicas, time.monotonic()))
 
@@ -293,7 +294,7 @@ class GatewayService:
         if self.cache is not None:
             self.cache.close()
         self.pdf_builder.close()
-        self.replicas.stop()
+        self.health.stop()
         self.scheduler.stop()
         self.executor.shutdown(wait=False, cancel_futures=True)
 

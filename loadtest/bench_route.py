@@ -13,7 +13,7 @@ from typing import Any
 
 from gateway.flow.share import FleetView
 from gateway.outcome import Attempt, Outcome
-from gateway.flow.replicas import MODE_LIST, ReplicaSet
+from gateway.flow import ListedReplicas
 from loadtest import bench_fleet, report
 from services.ocr_api import headers
 from services.ocr_worker.capacity import Pace, Presence
@@ -37,7 +37,7 @@ def flow_cost(workers: int, urgent: bool, pages: int = 6000) -> float:
                       headers.FREE: "4", headers.HELD: "0"}
 
     fleet = FleetView()
-    replicas = ReplicaSet(mode=MODE_LIST, urls=list(board), probe=probe, fleet=fleet)
+    replicas = ListedReplicas(urls=list(board), probe=probe, fleet=fleet)
     replicas.probe_all(every=True)
     replicas.set_demand(0 if urgent else 1, 1 if urgent else 0)
     spent = 0.0

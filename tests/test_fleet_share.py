@@ -11,9 +11,10 @@ import pytest
 
 from gateway.flow import lead
 from gateway.outcome import Attempt
-from gateway.flow.share import REBUILD_S, RISE_AFTER_S, WAKE_UNSURE_S, FleetView, dither
+from gateway.flow.share import NEWS_S, REBALANCE_S, FleetView, dither
 from gateway.outcome import Outcome
-from gateway.flow.replicas import PROBES_PER_ROUND, MODE_LIST, MODE_LOAD_BALANCER, ReplicaSet
+from gateway.flow import BalancedReplicas, HealthLoop, ListedReplicas, ReplicaSet
+from gateway.flow.listed import PROBES_PER_ROUND
 from services.ocr_api import headers
 from services.ocr_api.fleet_board import MAX_SENT_CHARS, Board, slots_of
 from services.ocr_worker.capacity import Pace, Presence
@@ -44,7 +45,7 @@ def test_the_newest_statement_wins_and_ages_travel_with_entries():
 
 
 def test_an_entry_passed_back_and_forth_is_never_younger_than_when_its_owner_said_it():
-    """Ages are rounded up, and a header reused for a while (a gateway's, REBUILD_S) tells
+    """Ages are rounded up, and a header reused for a while (a gateway's, REBALANCE_S) tells
     them as of when it may go: bounced between a gateway and a worker many times a second, an
     entry rounded to the nearest came back fresher each time (a fresher copy wins), and an
     old statement passed for news."""
@@ -53,7 +54,7 @@ def test_an_entry_passed_back_and_forth_is_never_younger_than_when_its_owner_sai
     gateway.merge("c:aaaa:1:0:3")  # another process's entry, said 0.3 s ago
     said = clock.now - 0.3
     for _ in range(40):
-        header = gateway.header(sent_within_s=REBUILD_S)
+        header = gateway.header(sent_within_s=REBALANCE_S)
         clock.now += 0.03  # sent a moment after it was built
         worker.merge(header)
         clock.now += 0.01
@@ -282,7 +283,7 @@ def test_new_demand_and_going_quiet_are_told_at_once_held_pages_within_a_rebuild
     assert (said("c"), said("h")) == (2, 1)
     view.set_demand(2, 3)  # held pages change with nearly every page: the header is kept
     assert said("h") == 1
-    clock.now += REBUILD_S * 1.01
+    clock.now += REBALANCE_S * 1.01
     assert said("h") == 3
     view.set_demand(3, 3)
     assert said("c") == 3  # a new document: at once
@@ -329,7 +330,7 @@ class SimulatedFleet:
         return worker, worker[0].answer_headers(request_headers)
 
     def gateway(self, demand: int) -> ReplicaSet:
-        replicas = ReplicaSet(mode=MODE_LOAD_BALANCER, urls=["http://balancer"],
+        replicas = BalancedReplicas(urls=["http://balancer"],
                               probe=lambda url, h: (True, self.route(h)[1]),
                               fleet=FleetView(Board(clock=self.clock)), clock=self.clock)
         replicas.set_demand(demand)
@@ -429,7 +430,7 @@ def test_gateways_woken_together_do_not_each_take_the_fleet_until_they_have_hear
     assert a.fleet.unsure() and b.fleet.unsure()
     assert sum(limits()) <= room * 1.05 + 2
     for replicas in (a, b):
-        replicas.settle()  # what the health thread does every 0.5 s while unsure
+        HealthLoop(replicas).settle()  # what the health thread does every 0.5 s while unsure
     clock.now += 1.5
     assert not a.fleet.unsure() and not b.fleet.unsure()
     assert [r.fleet.share().documents for r in (a, b)] == [4, 4]  # now by their documents
@@ -462,7 +463,7 @@ def test_gateways_idle_long_enough_to_forget_each_other_still_wake_together_with
     shares = [r.fleet.share().fraction for r in (a, b)]
     assert sum(shares) <= 1.0
     for replicas in (a, b):
-        replicas.settle()
+        HealthLoop(replicas).settle()
     clock.now += 1.5
     # by their documents; but until a page of its first wave is back, no more than half
     assert [r.fleet.share().fraction for r in (a, b)] == [pytest.approx(0.5),
@@ -507,7 +508,7 @@ def test_gateways_that_never_heard_each_other_wake_together_within_the_fleet():
     assert [r.fleet.status()["gatewayProcessesLastMinute"] for r in gateways] == [4] * 4
     assert sum(limits()) <= room * 1.05 + 4
     for replicas in gateways:
-        replicas.settle()
+        HealthLoop(replicas).settle()
     clock.now += 1.5
     assert not any(r.fleet.unsure() for r in gateways)
     assert [r.fleet.share().documents for r in gateways] == [8] * 4  # now by their documents
@@ -530,7 +531,7 @@ def test_in_its_first_wave_a_process_trusts_no_old_news_of_idleness_while_others
     clock.now += 1.0
     assert view.set_demand(2)  # woken
     assert view.share().documents == 6  # unsure: each other one as busy as itself
-    clock.now += WAKE_UNSURE_S
+    clock.now += NEWS_S
     if woke_too:
         board.merge("c:bbbb:2:100:0")  # b woke too (news since); c: last heard idle, before
     assert view.share().documents == (2 + 1 + 2 if woke_too else 2)
@@ -545,13 +546,13 @@ def test_a_gateway_that_goes_quiet_says_so_and_the_other_takes_the_fleet_at_once
     fleet = SimulatedFleet(clock, 64)
     a, b = fleet.gateway(demand=3), fleet.gateway(demand=1)
     for replicas in (a, b):
-        replicas.tell()  # woken (what the health thread does when set_demand says so)
+        HealthLoop(replicas).tell()  # woken (what the health thread does when set_demand says so)
         replicas.probe_all()
     for _ in range(3):
         fleet.step([a, b])
     assert b.replicas()[0].slots <= 20
     assert a.fleet.set_demand(0, 0)  # its documents are done: news for the other gateway
-    a.tell()
+    HealthLoop(a).tell()
     assert not a.fleet.untold()  # told once: no second round of probes for the same news
     fleet.step([b])  # its next pages' answers bring that news (well within 5 s)
     b.has_room()
@@ -574,7 +575,7 @@ def test_gateways_with_a_replica_list_fill_the_emptiest_workers_within_their_sha
     shared = Board(clock=clock)
     gateways = []
     for demand in (1, 1, 2):
-        replicas = ReplicaSet(mode=MODE_LIST, urls=urls, probe=probe, clock=clock,
+        replicas = ListedReplicas(urls=urls, probe=probe, clock=clock,
                               fleet=FleetView(Board(clock=clock), default_target=1.0))
         replicas.set_demand(demand)
         shared.merge(replicas.fleet.outgoing()[headers.BOARD])
@@ -607,7 +608,7 @@ def test_gateways_with_a_replica_list_woken_together_leave_the_images_workers_id
         return True, {headers.CAPACITY: "32", headers.FREE: str(32 - held),
                       **presence.answer_headers(request_headers)}
 
-    gateways = [ReplicaSet(mode=MODE_LIST, urls=list(workers), probe=probe, clock=clock,
+    gateways = [ListedReplicas(urls=list(workers), probe=probe, clock=clock,
                            fleet=FleetView(Board(clock=clock))) for _ in range(3)]
     for replicas in gateways + gateways:
         replicas.probe_all(every=True)  # idle: each meets the others through the workers
@@ -637,7 +638,7 @@ def test_a_health_round_probes_the_replicas_not_known_ready_and_a_few_quiet_ones
         return url not in down, {headers.CAPACITY: "4", headers.FREE: "4"}
 
     urls = [f"http://w{i}" for i in range(64)]
-    replicas = ReplicaSet(mode=MODE_LIST, urls=urls, probe=probe, clock=clock,
+    replicas = ListedReplicas(urls=urls, probe=probe, clock=clock,
                           fleet=FleetView(Board(clock=clock)))
     replicas.probe_all()
     assert sorted(probed) == sorted(urls)  # none known yet: every one
@@ -668,7 +669,7 @@ def test_among_equally_loaded_workers_an_empty_one_heard_last_and_a_busy_one_hea
             clock.now += 1.0
             replicas.probe_one(next(r for r in replicas.replicas() if r.url == url))
 
-    replicas = ReplicaSet(mode=MODE_LIST, urls=urls, probe=probe, clock=clock,
+    replicas = ListedReplicas(urls=urls, probe=probe, clock=clock,
                           fleet=FleetView(Board(clock=clock), default_target=2.0))
     replicas.set_demand(1)
     replicas.probe_all()
@@ -684,7 +685,7 @@ def test_behind_a_balancer_a_rise_in_demand_is_taken_once_the_others_may_have_he
     """While the fleet keeps workers idle for images (long pages), a process's own demand is
     news to the others a second or so later (their next answers from workers it told). A
     fall is taken at once (the others' shares grow only as they hear it: the fleet is
-    under-filled meanwhile, never over), a rise RISE_AFTER_S later (taken at once, it would
+    under-filled meanwhile, never over), a rise NEWS_S later (taken at once, it would
     add to the shares the others still take by its old demand, and fill the idle workers).
     Its documents' quota follows at once either way."""
     clock = Clock()
@@ -706,7 +707,7 @@ def test_behind_a_balancer_a_rise_in_demand_is_taken_once_the_others_may_have_he
     assert view.outgoing()[headers.BOARD].startswith(f"c:{view.id}:3:200:")
     share = view.share()
     assert share.fraction * 40 == pytest.approx(38 / 3) and share.quota == pytest.approx(9.5)
-    clock.now += RISE_AFTER_S
+    clock.now += NEWS_S
     board.merge("c:bbbb:2:200:0")
     assert view.share().fraction * 40 == pytest.approx(19)
     view.set_demand(1)
@@ -721,7 +722,7 @@ def test_a_new_document_is_taken_into_the_limit_at_once_a_finished_one_at_the_ne
     clock = Clock()
     board = Board(clock=clock)
     board.merge("w:aaaa:1:800:0,c:bbbb:1:100:0")  # 8 slots, another gateway with 1 document
-    replicas = ReplicaSet(mode=MODE_LOAD_BALANCER, urls=["http://balancer"],
+    replicas = BalancedReplicas(urls=["http://balancer"],
                           probe=lambda url, h: (True, {}), clock=clock,
                           fleet=FleetView(board))
     replicas.set_demand(1)

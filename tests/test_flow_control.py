@@ -18,8 +18,9 @@ from gateway.flow.queue import BATCH, INTERACTIVE, Document, FairQueue
 from gateway.scheduler import START_WITHIN_S, Scheduler, SchedulerSettings
 from gateway.split import Chunk
 from gateway.flow.share import FleetView, Share
-from gateway.flow.replicas import FULL_FOR_S, MODE_LIST, MODE_LOAD_BALANCER, REFUSED_FOR_S, \
-    LimitSettings, ReplicaSet
+from gateway.flow import PLACEMENTS, BalancedReplicas, LimitSettings, ListedReplicas
+from gateway.flow.listed import FULL_FOR_S
+from gateway.flow.replicas import REBALANCE_S
 from services.ocr_api.fleet_board import Board
 from services.ocr_api.errors import ApiError
 from tests.conftest import wait_until
@@ -33,8 +34,8 @@ class Clock:
         return self.now
 
 
-def replica_set(urls, mode=MODE_LIST, **kwargs):
-    return ReplicaSet(mode=mode, urls=urls, probe=lambda url, headers: (True, {}), **kwargs)
+def replica_set(urls, mode="list", **kwargs):
+    return PLACEMENTS[mode](urls=urls, probe=lambda url, headers: (True, {}), **kwargs)
 
 
 def answer(outcome, **kwargs):
@@ -151,7 +152,7 @@ def test_with_a_list_a_worker_that_refused_a_page_is_left_alone_until_its_page_u
     # asked again at once, which would make a loop of refusals for its whole first page
     replicas.release(full, answer(Outcome.LATER, capacity=32, free=30, starts_in_s=0.0))
     assert replicas.acquire() is None  # (the other holds its two)
-    clock.now += REFUSED_FOR_S
+    clock.now += REBALANCE_S
     assert replicas.acquire() is full
 
 
@@ -167,7 +168,7 @@ def test_with_a_list_every_process_keeps_the_same_workers_idle_for_images():
         board = Board()
         for i in range(32):
             board.say("w", f"w{i:02d}", 1, 1.0)
-        replicas = ReplicaSet(mode=MODE_LIST, urls=order, probe=lambda url, h: (True, {}),
+        replicas = ListedReplicas(urls=order, probe=lambda url, h: (True, {}),
                               fleet=FleetView(board, default_target=1.0))
         replicas.set_demand(1)
         replicas.fleet.set_urgent(0.0, page_time_unknown=True)  # (the scheduler's)
@@ -185,7 +186,7 @@ def test_with_a_list_an_image_in_a_full_fleet_goes_where_this_processs_oldest_pa
     page under way, so it goes where this process's oldest page out was sent, not to the
     busy worker heard from first (what the workers say is older news)."""
     clock = Clock()
-    replicas = ReplicaSet(mode=MODE_LIST, urls=["http://a", "http://b", "http://c"],
+    replicas = ListedReplicas(urls=["http://a", "http://b", "http://c"],
                           clock=clock, fleet=FleetView(default_target=2.0),
                           probe=lambda url, h: (True, {"X-Ocr-Capacity": "32",
                                                        "X-Ocr-Free": "31"}))
@@ -210,7 +211,7 @@ def test_with_a_list_document_pages_ask_the_worker_to_refuse_them_beyond_its_tar
     from types import SimpleNamespace
 
     from gateway.dispatch import DispatchSettings, ReplicaClient
-    from gateway.flow.replicas import Replica
+    from gateway.flow import Replica
 
     sent = []
 
@@ -231,7 +232,7 @@ def test_with_a_list_document_pages_ask_the_worker_to_refuse_them_beyond_its_tar
 def test_a_load_balancer_allowance_is_the_share_of_the_workers_behind_it():
     clock = Clock()
     board = Board(clock=clock)
-    replicas = replica_set(["http://nginx"], mode=MODE_LOAD_BALANCER, clock=clock,
+    replicas = replica_set(["http://nginx"], mode="load_balancer", clock=clock,
                            fleet=FleetView(board, default_target=2.0))
     lb = replicas.replicas()[0]
     assert replicas.acquire() and replicas.acquire() and replicas.acquire() is None
@@ -612,7 +613,7 @@ def test_an_image_behind_a_full_fleet_goes_out_at_once_asking_to_start_soon():
                                                "pages": [{"width": 1, "height": 1}]}}}
             return Attempt(Outcome.OK, 200, payload, "ok", capacity=4, free=3, seconds=2.0)
 
-    replicas = ReplicaSet(mode=MODE_LOAD_BALANCER, urls=["http://lb"],
+    replicas = BalancedReplicas(urls=["http://lb"],
                           probe=lambda url, headers: (True, {}),
                           fleet=FleetView(default_target=2))
     executor = ThreadPoolExecutor(8)
@@ -744,7 +745,7 @@ def test_a_scheduler_that_dies_says_so(run_scheduler):
     # still runs, not during whichever test comes next
 
 
-@pytest.mark.parametrize("mode", [MODE_LOAD_BALANCER, MODE_LIST])
+@pytest.mark.parametrize("mode", ["load_balancer", "list"])
 def test_documents_leave_workers_idle_until_a_page_is_timed(mode):
     """32 workers (behind one balancer, or a list of them), a long document and no page
     timed yet: its pages leave one worker in 16 idle (gateway.flow.reserve), so an image that
@@ -766,8 +767,8 @@ def test_documents_leave_workers_idle_until_a_page_is_timed(mode):
     board = Board()
     for i in range(32):
         board.say("w", f"w{i:02d}", 1, 1.0)
-    urls = ["http://lb"] if mode == MODE_LOAD_BALANCER else [f"http://w{i}" for i in range(32)]
-    replicas = ReplicaSet(mode=mode, urls=urls, probe=lambda url, headers: (True, {}),
+    urls = ["http://lb"] if mode == "load_balancer" else [f"http://w{i}" for i in range(32)]
+    replicas = PLACEMENTS[mode](urls=urls, probe=lambda url, headers: (True, {}),
                           fleet=FleetView(board, default_target=1.0))
     executor = ThreadPoolExecutor(40)
     scheduler = Scheduler(replicas, Client(), executor, SchedulerSettings(), RetryBudget())

@@ -11,7 +11,7 @@ from gateway.config import GatewayConfig
 from gateway.outcome import Attempt, Outcome
 from gateway.outputs import paddlex
 from gateway.split import PdfCutter, group_pages
-from gateway.flow.replicas import MODE_DNS, MODE_LIST, NoReplicas, ReplicaSet
+from gateway.flow import DnsReplicas, ListedReplicas, NoReplicas
 from samples import documents
 from services.ocr_api.settings import ConfigError
 
@@ -81,7 +81,7 @@ class Clock:
 
 
 def replica_set(urls, **kwargs):
-    return ReplicaSet(mode=MODE_LIST, urls=urls, probe=lambda url, headers: (True, {}),
+    return ListedReplicas(urls=urls, probe=lambda url, headers: (True, {}),
                       **kwargs)
 
 
@@ -179,7 +179,7 @@ def test_processes_that_probed_the_same_list_send_their_first_pages_to_different
         def probe(url, headers):
             clock.now += 0.001  # one after the other
             return True, {"X-Ocr-Capacity": "2", "X-Ocr-Free": "2"}
-        replicas = ReplicaSet(mode=MODE_LIST, urls=urls, clock=clock, probe=probe)
+        replicas = ListedReplicas(urls=urls, clock=clock, probe=probe)
         replicas.probe_all()
         first_pages.append({replicas.acquire().url for _ in range(16)})
     assert len(first_pages[0] & first_pages[1]) < 16  # the same 16 workers: 1 in 5e14
@@ -188,7 +188,7 @@ def test_processes_that_probed_the_same_list_send_their_first_pages_to_different
 def test_dns_discovery_adds_and_removes_replicas():
     answers = {"addresses": ["http://10.0.0.1:8101"]}
     probed = []
-    replicas = ReplicaSet(mode=MODE_DNS, dns="ocr-worker-headless:8101",
+    replicas = DnsReplicas(dns="ocr-worker-headless:8101",
                           probe=lambda url, headers: (probed.append(url) or True, {}),
                           resolver=lambda host, port: answers["addresses"])
     replicas.refresh()
@@ -257,7 +257,7 @@ def test_an_image_asking_to_start_soon_goes_on_a_connection_of_its_own():
 
     from gateway.dispatch import DispatchSettings, ReplicaClient, make_pool
     from gateway.flow.share import FleetView
-    from gateway.flow.replicas import Replica
+    from gateway.flow import Replica
 
     seen = []
 

@@ -241,7 +241,7 @@ class DocumentCache:
 
 
 class Entry:
-    """One chunk's place in the cache (task.cache in gateway.scheduler)."""
+    """One chunk's place in the cache (task.cache in gateway.flow.queue)."""
 
     def __init__(self, document: DocumentCache, params: str, content: str):
         self.document = document

@@ -105,3 +105,16 @@ def moves(leads: list[float], quota: float) -> list[float]:
            max(-MOST_MOVED, min(MOST_MOVED, -SLOPE * x / max(quota, 1.0))) for x in leads]
     mean = sum(raw) / len(raw) if raw else 0.0
     return [r - mean for r in raw]
+
+
+def fleet_rate(rates: list, demands: dict[str, float], mine: float | None,
+               own_id: str) -> float | None:
+    """The mean rate the fleet's documents with pages to send were sent at: each process's
+    (its `s` entries on the board), by its demand; None while no process with documents has
+    said one. `mine`: this process's, None when it has no documents with pages to send."""
+    said = {e.id: e.value for e in rates if e.id != own_id}
+    if mine is not None:
+        said[own_id] = mine
+    weights = {i: demands[i] for i in said if demands.get(i)}
+    total = sum(weights.values())
+    return sum(said[i] * w for i, w in weights.items()) / total if total else None

@@ -101,3 +101,10 @@ def reserve_for(load: float, workers: int, page_time_unknown: bool = False) -> i
     if load <= 0:
         return 0
     return min(math.ceil(load + math.sqrt(load)), most)
+
+
+def others_reserve(live: dict, own_id: str) -> bool:
+    """Another process with documents to send says an urgent load (its pages are long, or
+    it has timed none yet): `live` is the board's live entries by kind."""
+    documents = {e.id for e in live["c"] if e.value > 0 and e.id != own_id}
+    return any(e.value > 0 and e.id in documents for e in live["u"])

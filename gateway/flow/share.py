@@ -13,8 +13,7 @@ pass each other (services/ocr_api/fleet_board.py).
   emptiest worker by what the workers last said.
 - **Which workers exist** behind a balancer: the ones whose entries the board carries,
   heard from in its last two minutes (they answer pages and probes), and a draining worker
-  says target 0. `probe_round` says how many probes through the balancer find the ones not
-  met yet: a round that meets new workers is followed at once by one twice as large.
+  says target 0 (gateway.flow.balanced probes for them).
 
 Pure apart from a lock: the board's clock is injected."""
 
@@ -31,14 +30,14 @@ from typing import Callable, Iterable
 from services.ocr_api import headers
 from services.ocr_api.fleet_board import CLIENT_KINDS, REMEMBER_S, Board
 
-from .reserve import reserve_for
+from .lead import fleet_rate
+from .reserve import others_reserve, reserve_for
 
-FIRST_PROBE_ROUND = 4
 MIN_UNHELD = 0.25  # of the fleet's slots, left to documents with pages to send
-REBUILD_S = 0.05  # the outgoing board header is rebuilt at most this often (new demand aside)
-MAX_PROBE_ROUND = 256
-WAKE_UNSURE_S = 1.5  # just woken, this long it counts the idle processes as busy as itself
-RISE_AFTER_S = 1.5  # behind a balancer, a rise in its demand is taken this long after said
+REBALANCE_S = 0.05  # news is taken into the share, and into the header sent, at most this often
+NEWS_S = 1.5  # what a gateway process says takes about this long to reach the others (through
+# the workers' answers): just woken, a process counts the idle others as busy as itself this
+# long; behind a balancer, a rise in its demand is taken this long after it said it
 
 
 @dataclass(frozen=True)
@@ -85,7 +84,6 @@ class FleetView:
         self._rate, self._rate_seq = 0.0, 0
         self._urgent, self._urgent_seq = 0.0, 0
         self._page_time_unknown = False
-        self._probe_round = FIRST_PROBE_ROUND
         self._told_quiet = True  # what the last `untold` news was (a new process is quiet)
         self._outgoing: tuple | None = None  # ((demand seq, busy), built at, header)
         self._unsure_until = float("-inf")  # just woken: until then (`_demands`)
@@ -103,7 +101,7 @@ class FleetView:
         gateway.flow.lead), and the pages in flight of its documents with none left to send (the
         scheduler's). True when this process has just gone quiet (nothing to send, nothing
         out) or just woken: news no page carries soon enough (see `untold`). Woken means
-        documents to send after WAKE_UNSURE_S without any, whatever else is in flight: an
+        documents to send after NEWS_S without any, whatever else is in flight: an
         image being read when a PDF comes (a process that serves both is seldom quiet) must
         not hide the wake, and documents that follow each other closely are no wake (each
         would probe every worker). With a list too: each worker's room (its target, which it
@@ -114,7 +112,7 @@ class FleetView:
         with self._lock:
             was_busy = bool(self._documents or self._held)
             woke = (bool(documents) and not self._documents
-                    and now - self._documents_gone_at >= WAKE_UNSURE_S)
+                    and now - self._documents_gone_at >= NEWS_S)
             if held != self._held:
                 self._held, self._held_seq = held, self._held_seq + 1
             if documents != self._documents:
@@ -122,9 +120,9 @@ class FleetView:
                     self._documents_gone_at = now
                 self._documents, self._seq = documents, self._seq + 1
                 self._said.append((now, documents))
-                self._forget_said(now - RISE_AFTER_S)
+                self._forget_said(now - NEWS_S)
             if woke:
-                self._unsure_until, self._woke_untold = now + WAKE_UNSURE_S, True
+                self._unsure_until, self._woke_untold = now + NEWS_S, True
                 self._woke_at = now
                 self._first_wave = self.balanced
             return woke or was_busy != bool(documents or held)
@@ -180,20 +178,13 @@ class FleetView:
         one of them says one. Said regardless, it would keep a reserve (and each worker's
         second page out of the documents' share) on a fleet of short pages for as long as
         the documents all came through other processes."""
-        if follow and load and not self._others_reserve():
+        if follow and load and not others_reserve(self.board.live(), self.id):
             load = 0.0
         load = round(load, 2)  # the board's resolution
         with self._lock:
             self._page_time_unknown = page_time_unknown
             if load != self._urgent:
                 self._urgent, self._urgent_seq = load, self._urgent_seq + 1
-
-    def _others_reserve(self) -> bool:
-        """Another process with documents to send says an urgent load (its pages are long,
-        or it has timed none yet)."""
-        live = self.board.live()
-        documents = {e.id for e in live["c"] if e.value > 0 and e.id != self.id}
-        return any(e.value > 0 and e.id in documents for e in live["u"])
 
     def demand(self) -> tuple[float, int]:
         """(documents with pages to send, held pages), as last set."""
@@ -223,7 +214,7 @@ class FleetView:
 
     def outgoing(self) -> dict[str, str]:
         """The header every page and probe carries: this process's entries and what it
-        knows. Built at most every REBUILD_S unless this process's demand changed or it went
+        knows. Built at most every REBALANCE_S unless this process's demand changed or it went
         quiet (a page is sent far more often than the board changes, and its held pages and
         rate change with nearly every page: news a few round trips carry on anyway)."""
         now = self.board.clock()
@@ -234,7 +225,7 @@ class FleetView:
             urgent, urgent_seq = self._urgent, self._urgent_seq
             key = (seq, bool(demand or held))
             cached = self._outgoing
-            if cached is not None and cached[0] == key and now - cached[1] < REBUILD_S:
+            if cached is not None and cached[0] == key and now - cached[1] < REBALANCE_S:
                 return cached[2]
             self._estimate_seq += 1
             estimate_seq = self._estimate_seq
@@ -245,7 +236,7 @@ class FleetView:
         self.board.say("s", self.id, rate_seq, rate)
         self.board.say("u", self.id, urgent_seq, urgent)
         header = {headers.BOARD: self.board.header(
-            [(kind, self.id) for kind in CLIENT_KINDS], sent_within_s=REBUILD_S)}
+            [(kind, self.id) for kind in CLIENT_KINDS], sent_within_s=REBALANCE_S)}
         with self._lock:
             self._outgoing = (key, now, header)
         return header
@@ -300,13 +291,13 @@ class FleetView:
             part = min(part, free / sum(1 for i, d in demands.items() if d or i == self.id))
         fraction = min(1.0, (my_held + part) / total)
         return Share(fraction, slots or None, targets, len(demands), sum(demands.values()),
-                     sum(held.values()), quota, self._fleet_rate(live["s"], demands, my_rate),
+                     sum(held.values()), quota, fleet_rate(live["s"], demands, my_rate, self.id),
                      reserve)
 
     def _taken(self) -> float:
         """Under the lock: the demand this process takes its share by while the fleet keeps
         workers idle for images (pages long: `share`). Behind a balancer, a
-        rise is taken RISE_AFTER_S after it was said (a fall at once): its news reaches the
+        rise is taken NEWS_S after it was said (a fall at once): its news reaches the
         other processes through the workers' answers, a second or so later behind nginx with
         long pages, and taken at once, a rise (a document's weight back up as its lead
         shrinks, gateway.flow.lead; a new document) would add to the shares the others still take
@@ -317,7 +308,7 @@ class FleetView:
         now = self.board.clock()
         if not self.balanced or not self._documents or now < self._unsure_until:
             return self._documents
-        self._forget_said(max(now - RISE_AFTER_S, self._unsure_until))
+        self._forget_said(max(now - NEWS_S, self._unsure_until))
         return min(documents for _, documents in self._said if documents)
 
     def _forget_said(self, since: float) -> None:
@@ -327,7 +318,7 @@ class FleetView:
 
     def _demands(self, clients: list, mine: float) -> dict[str, float]:
         """Every process's documents with pages to send, as this one counts them. For
-        WAKE_UNSURE_S after it woke, each other process heard of in the last REMEMBER_S (by
+        NEWS_S after it woke, each other process heard of in the last REMEMBER_S (by
         this one, or by a worker: `_others`) and not heard with documents counts as having as
         many as this one: its entries may be old news, may have expired (an idle process's
         probes meet other workers than this one's, so idle processes often do not hear each
@@ -360,18 +351,6 @@ class FleetView:
         demands[self.id] = mine
         return demands
 
-    def _fleet_rate(self, rates: list, demands: dict[str, float],
-                    mine: float | None) -> float | None:
-        """The mean rate the fleet's documents with pages to send were sent at: each
-        process's, by its demand (None while no process with documents has said one).
-        `mine`: this process's, None when it has no documents with pages to send."""
-        said = {e.id: e.value for e in rates if e.id != self.id}
-        if mine is not None:
-            said[self.id] = mine
-        weights = {i: demands[i] for i in said if demands.get(i)}
-        total = sum(weights.values())
-        return sum(said[i] * w for i, w in weights.items()) / total if total else None
-
     def status(self) -> dict:
         """This process's place in the fleet, for /fleet."""
         share = self.share()
@@ -383,21 +362,6 @@ class FleetView:
                 "rate": share.rate,
                 "held": self._held, "fleetDocuments": share.documents,
                 "fleetHeld": share.held, "urgentLoad": self._urgent, "reserve": share.reserve}
-
-    # ---- discovery behind a balancer -------------------------------------------------------
-    def probe_round(self) -> int:
-        """Probes in the next round: at least an eighth of the workers known, so that a run
-        of idle workers already met does not end the search early."""
-        known = len(self.board.workers())
-        with self._lock:
-            return min(MAX_PROBE_ROUND, max(self._probe_round, known // 8))
-
-    def after_probe_round(self, met_new: bool) -> bool:
-        """True when the next round should follow at once (this one met new workers)."""
-        with self._lock:
-            self._probe_round = (min(MAX_PROBE_ROUND, self._probe_round * 2) if met_new
-                                 else FIRST_PROBE_ROUND)
-            return met_new
 
 
 def dither(share: float, draw: Callable[[], float] = random.random) -> int:

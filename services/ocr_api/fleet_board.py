@@ -51,8 +51,8 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from services.ocr_api.headers import BOARD as BOARD_HEADER  # noqa: F401 (re-exported)
-MAX_HEADER_CHARS = 4096  # a longer header is ignored
 MAX_SENT_CHARS = 2048  # nginx's default proxy_buffer_size (4 KiB) holds every answer's headers
+MAX_HEADER_CHARS = 2 * MAX_SENT_CHARS  # a longer header is ignored (no fleet's sends one)
 KINDS = ("c", "h", "f", "s", "u", "w", "n")
 CLIENT_KINDS = ("c", "h", "f", "s", "u")
 WORKER_KINDS = ("w", "n")  # only the own are sent: a worker passes on other workers' `w`
@@ -172,7 +172,7 @@ class Board:
         client's together) as many as fit; workers and clients both chosen in turn, so that
         past about 13 other gateway processes every one is still passed on within a few
         messages. `sent_within_s`: the header may go out that long after it is built (a
-        gateway reuses its own for REBUILD_S); its ages are told as of then."""
+        gateway reuses its own for gateway.flow.share REBALANCE_S); its ages are told as of then."""
         now = self.clock() + sent_within_s
         wanted = set(first)
         live = self.live()
