@@ -174,7 +174,7 @@ def test_pages_held_by_images_come_off_first_and_documents_share_the_rest_equall
     board.say("w", "w1", 1, 48.0)
     view = FleetView(board)
     view.id = "a"
-    view.set_demand(1, held=8)
+    view.set_demand(1, finishing=8)
     board.merge("c:b:1:300:0,h:b:1:0:0")
     quota = (48 - 8) / 4  # 10 slots per long document
     assert view.share().fraction * 48 == pytest.approx(8 + 1 * quota)
@@ -211,8 +211,8 @@ def test_a_document_ahead_of_the_fleet_steps_down_and_comes_back_once_caught_up(
     assert weight.follow(lead=16, quota=8, now=0.0) == 0.75  # one step towards 0.25...
     assert weight.follow(lead=16, quota=8, now=0.1) == 0.75  # ...at most every HOLD_S
     assert weight.follow(lead=16, quota=8, now=0.6) == 0.5
-    assert weight.follow(lead=80, quota=8, now=1.2) == 0.25  # never below MIN
-    assert weight.follow(lead=80, quota=8, now=1.8) == lead.MIN
+    assert weight.follow(lead=80, quota=8, now=1.2) == 0.25  # never below one STEP
+    assert weight.follow(lead=80, quota=8, now=1.8) == lead.STEP
     assert weight.follow(lead=12, quota=8, now=1.9) == 0.5  # the lead shrinks: at once
     assert weight.follow(lead=5, quota=8, now=2.0) == 1.0  # caught up (within a step)
     assert weight.follow(lead=-80, quota=8, now=2.1) == 1.0  # behind: not raised (the
@@ -392,7 +392,7 @@ def test_an_image_goes_out_when_its_processs_share_shrinks_under_its_documents_p
     taken = []
     while (replica := a.acquire()) is not None:
         taken.append(replica)  # its one document's share is out
-    a.set_demand(0.25, held=1)  # slowed to a quarter, and an image came
+    a.set_demand(0.25, finishing=1)  # slowed to a quarter, and an image came
     clock.now += 1.0  # the next rebalance
     assert not a.has_room() and a.acquire() is None  # its document's pages: over the share
     assert a.has_room(urgent=True)

@@ -28,6 +28,7 @@ MAX_PROBE_ROUND = 256
 
 class BalancedReplicas(ReplicaSet):
     mode = "load_balancer"
+    balanced = True
 
     def __init__(self, **options):
         self._round = FIRST_PROBE_ROUND
@@ -49,7 +50,7 @@ class BalancedReplicas(ReplicaSet):
 
     def _open(self, replica: Replica, now: float, urgent: bool) -> bool:
         """An urgent page is counted in this process's share from the moment it comes (a
-        held page, gateway.flow.share), so it does not wait for its documents' pages to come
+        finishing page, gateway.flow.share), so it does not wait for its documents' pages to come
         back when the share shrinks under them: only a pause stops it."""
         if urgent:
             return replica.eligible(now) and replica.busy_until <= now

@@ -3,13 +3,13 @@ and each document's weight from what the fleet says back.
 
 The scheduler (gateway.scheduler) decides which page goes out next; what the other gateway
 processes hear of this one goes through the replica set to the fleet board
-(gateway.flow.share): its documents with pages to send and the slots held by those with none
-left (`Demand.tell`), the rate its documents are sent at and the workers its urgent pages keep
-busy (gateway.flow.reserve), and each document's weight by its lead on the fleet's rate
-(gateway.flow.lead, `Demand.reweigh`). One owner for it, apart from the picking, because it
-keeps its own state (how long pages take, whether the fleet keeps workers idle for urgent
-pages) and runs on its own clock: told whenever a document's pages to send start or run out,
-weighed at each of the scheduler's tidies, timed by the send threads (`page_timed`)."""
+(gateway.flow.share): its documents with pages to send and the pages in flight of those with
+none left, finishing (`Demand.tell`), the rate its documents are sent at and the workers its
+urgent pages keep busy (gateway.flow.reserve), and each document's weight by its lead on the
+fleet's rate (gateway.flow.lead, `Demand.reweigh`). One owner for it, apart from the picking,
+because it keeps its own state (how long pages take, whether the fleet keeps workers idle for
+urgent pages) and runs on its own clock: told whenever a document's pages to send start or run
+out, weighed at each of the scheduler's tidies, timed by the send threads (`page_timed`)."""
 
 from __future__ import annotations
 
@@ -42,16 +42,16 @@ class Demand:
         urgent pages (gateway.flow.reserve), which it runs on (and a process serving only images
         then stays quiet, instead of telling every worker as it wakes and goes quiet with each
         one). A document with pages to send counts its weight (gateway.flow.lead)."""
-        queued, held = 0.0, 0
+        queued, finishing = 0.0, 0
         for doc in self.fair.documents():
             if doc.urgent:
                 if not self._reserving:
-                    held += 1 if doc.has_queued() else doc.inflight
+                    finishing += 1 if doc.has_queued() else doc.inflight
             elif doc.has_queued():
                 queued += doc.weight.value
             else:
-                held += doc.inflight
-        self.replicas.set_demand(queued, held)
+                finishing += doc.inflight
+        self.replicas.set_demand(queued, finishing)
 
     def reweigh(self, now: float) -> None:
         """Under the lock: tell the board the workers this process's urgent pages keep busy

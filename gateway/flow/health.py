@@ -58,7 +58,7 @@ class HealthLoop:
         rounds when this process goes quiet or wakes, to `tell`."""
         replicas = self.replicas
         replicas.health_s = health_s
-        interval = min(health_s, refresh_s) if replicas.mode == "dns" else health_s
+        interval = min(health_s, refresh_s) if replicas.resolves else health_s
 
         def loop():
             next_refresh = 0.0

@@ -13,7 +13,7 @@ out at once). Each process tells the board its documents' mean rate (`s` entries
 fleet's rate is the mean over every process. A document's lead is what it was sent beyond the
 fleet's rate over its own age, in quotas (its chunks in flight). The weight follows the mean
 lead of the last page time beyond DEAD_BAND (a quota ahead, three quarters of a share; a
-quota and a half, half; never under MIN; the rounding to a STEP leaves up to three quarters
+quota and a half, half; never under one STEP; the rounding to a STEP leaves up to three quarters
 of a quota alone). The mean over a page time, because pages come back in waves: a
 document's lead jumps a quota at each refill and falls back over the page time, and a
 process hears the others' rates a second late, so right after a wave every process sees its
@@ -39,7 +39,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-MIN, STEP = 0.25, 0.25
+STEP = 0.25  # a weight moves by this much, and is never under it
 HOLD_S = 0.5
 SLOPE = 0.5  # the weight's change per quota of lead
 DEAD_BAND = 0.5  # quotas of lead left alone
@@ -64,7 +64,7 @@ class Weight:
         it. Leads within DEAD_BAND quotas are left alone."""
         self._say(lead / max(quota, 1.0), now, window_s)
         goal = 1.0 - SLOPE * max(0.0, self.mean(now, window_s) - DEAD_BAND)
-        goal = min(1.0, max(MIN, round(goal / STEP) * STEP))
+        goal = min(1.0, max(STEP, round(goal / STEP) * STEP))
         if goal > self.value:
             self.value = goal  # the lead shrinks: no holding back what is not owed
         elif goal < self.value and now - self.changed_at >= HOLD_S:

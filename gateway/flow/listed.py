@@ -172,6 +172,7 @@ class DnsReplicas(ListedReplicas):
     vanished ones leave once their pages out there are done."""
 
     mode = "dns"
+    resolves = True
 
     def __init__(self, *, dns: str,
                  resolver: Callable[[str, int], list[str]] = resolve_host, **options):

@@ -106,7 +106,7 @@ class Document:
     def share(self) -> float:
         """Its part of its process's room, in equal shares: its weight in the fleet, and what
         is moved to or from the process's other documents (gateway.flow.lead)."""
-        return max(lead.MIN, self.weight.value + self.moved)
+        return max(lead.STEP, self.weight.value + self.moved)
 
     @property
     def urgent(self) -> bool:

@@ -54,7 +54,9 @@ class ReplicaSet:
     taken afresh when there is news. A subclass says how a replica ranks (`_rank`), when it
     has room (`_open`), what an answer says of it (`_heard`) and how the fleet is probed."""
 
-    mode = ""
+    mode = ""  # its name, for /fleet
+    resolves = False  # its replicas come from a name re-resolved (`refresh`)
+    balanced = False  # behind one balancer (gateway.flow.share's rules for it)
 
     def __init__(self, *, urls: list[str] | None = None, probe: Probe, eject_s: float = 10.0,
                  limits: LimitSettings = LimitSettings(), fleet: FleetView | None = None,
@@ -62,7 +64,7 @@ class ReplicaSet:
         self.eject_s = eject_s
         self.limits = limits
         self.fleet = fleet or FleetView()
-        self.fleet.balanced = self.mode == "load_balancer"
+        self.fleet.balanced = self.balanced
         self.probe = probe
         self.clock = clock
         self.health_s = 0.0  # the health interval, once probing runs (gateway.flow.health)
@@ -167,17 +169,17 @@ class ReplicaSet:
             listener()
 
     # ---- the share -----------------------------------------------------------------------
-    def set_demand(self, documents: float, held: int = 0) -> None:
+    def set_demand(self, documents: float, finishing: int = 0) -> None:
         """The scheduler's documents with pages to send, and the pages in flight of those
         with none left: this process's weight in the fleet (gateway.flow.share)."""
         before = self.fleet.demand()
-        if (documents, held) == before:  # told on every page's events: mostly no news
+        if (documents, finishing) == before:  # told on every page's events: mostly no news
             return
-        if self.fleet.set_demand(documents, held):
+        if self.fleet.set_demand(documents, finishing):
             self.news.set()  # the health thread tells the other gateways
         with self._lock:
             self._fresh = True
-            if documents > before[0] or held > before[1]:  # taken into the limit before the
+            if documents > before[0] or finishing > before[1]:  # taken into the limit before the
                 # next page goes out: a new image's room must not go to a long document
                 self._balanced_at = float("-inf")
 

@@ -2,10 +2,10 @@
 pass each other (services/ocr_api/fleet_board.py).
 
 - **How much.** The fleet holds the sum of its workers' targets (each worker says how many
-  pages keep it busy: about one on a slow page, up to two on fast ones). Pages held by
+  pages keep it busy: about one on a slow page, up to two on fast ones). Pages in flight of
   documents with nothing left to send (an image being read) come off first, each as one
   page; the rest is split equally between the documents with pages to send, over every
-  gateway process heard from (water-filling). This process may keep its held pages plus
+  gateway process heard from (water-filling). This process may keep its finishing pages plus
   its documents' quotas in flight. So equal documents get equal shares of the fleet
   whichever gateway they came through, and the limit follows the fleet as it grows or
   shrinks: nothing is configured, nothing plateaus.
@@ -33,7 +33,7 @@ from services.ocr_api.fleet_board import CLIENT_KINDS, REMEMBER_S, Board
 from .lead import fleet_rate
 from .reserve import others_reserve, reserve_for
 
-MIN_UNHELD = 0.25  # of the fleet's slots, left to documents with pages to send
+MIN_SENDING = 0.25  # of the fleet's slots, left to documents with pages to send
 REBALANCE_S = 0.05  # news is taken into the share, and into the header sent, at most this often
 NEWS_S = 1.5  # what a gateway process says takes about this long to reach the others (through
 # the workers' answers): just woken, a process counts the idle others as busy as itself this
@@ -50,7 +50,7 @@ class Share:
     targets: dict[str, float] = field(default_factory=dict)
     clients: int = 1
     documents: float = 1.0  # every process's documents with pages to send
-    held: float = 0.0  # every process's held pages
+    finishing: float = 0.0  # every process's finishing pages
     quota: float = 2.0  # slots per document with pages to send
     rate: float | None = None  # chunks/s the fleet's documents were sent at (gateway.flow.lead)
     reserve: int = 0  # workers kept idle for urgent pages (gateway.flow.reserve)
@@ -79,8 +79,8 @@ class FleetView:
         self._seq = self._estimate_seq = 0
         self._documents = 0
         self._said: deque[tuple[float, float]] = deque([(float("-inf"), 0.0)])  # (when, demand)
-        self._held = 0
-        self._held_seq = 0
+        self._finishing = 0
+        self._finishing_seq = 0
         self._rate, self._rate_seq = 0.0, 0
         self._urgent, self._urgent_seq = 0.0, 0
         self._page_time_unknown = False
@@ -96,7 +96,7 @@ class FleetView:
         # (its target, which it holds to) bounds what processes that have not heard send it
 
     # ---- what this process says --------------------------------------------------------------
-    def set_demand(self, documents: float, held: int = 0) -> bool:
+    def set_demand(self, documents: float, finishing: int = 0) -> bool:
         """How many documents this process has with pages to send (their weights' sum,
         gateway.flow.lead), and the pages in flight of its documents with none left to send (the
         scheduler's). True when this process has just gone quiet (nothing to send, nothing
@@ -110,11 +110,11 @@ class FleetView:
         none idle for an image (gateway.flow.reserve) for a page time."""
         now = self.board.clock()
         with self._lock:
-            was_busy = bool(self._documents or self._held)
+            was_busy = bool(self._documents or self._finishing)
             woke = (bool(documents) and not self._documents
                     and now - self._documents_gone_at >= NEWS_S)
-            if held != self._held:
-                self._held, self._held_seq = held, self._held_seq + 1
+            if finishing != self._finishing:
+                self._finishing, self._finishing_seq = finishing, self._finishing_seq + 1
             if documents != self._documents:
                 if not documents:
                     self._documents_gone_at = now
@@ -125,7 +125,7 @@ class FleetView:
                 self._unsure_until, self._woke_untold = now + NEWS_S, True
                 self._woke_at = now
                 self._first_wave = self.balanced
-            return woke or was_busy != bool(documents or held)
+            return woke or was_busy != bool(documents or finishing)
 
     def page_back(self) -> None:
         """A document page this process sent has come back (its first wave is over, `share`)."""
@@ -187,9 +187,9 @@ class FleetView:
                 self._urgent, self._urgent_seq = load, self._urgent_seq + 1
 
     def demand(self) -> tuple[float, int]:
-        """(documents with pages to send, held pages), as last set."""
+        """(documents with pages to send, finishing pages), as last set."""
         with self._lock:
-            return self._documents, self._held
+            return self._documents, self._finishing
 
     def untold(self) -> bool:
         """This process went quiet or woke since it last told so, and other gateway processes
@@ -203,7 +203,7 @@ class FleetView:
         clients = self.board.clients()
         seen = self._others()
         with self._lock:
-            quiet = not (self._documents or self._held)
+            quiet = not (self._documents or self._finishing)
             woke, self._woke_untold = self._woke_untold, False
             if quiet == self._told_quiet and not woke:
                 return False
@@ -215,15 +215,15 @@ class FleetView:
     def outgoing(self) -> dict[str, str]:
         """The header every page and probe carries: this process's entries and what it
         knows. Built at most every REBALANCE_S unless this process's demand changed or it went
-        quiet (a page is sent far more often than the board changes, and its held pages and
-        rate change with nearly every page: news a few round trips carry on anyway)."""
+        quiet (a page is sent far more often than the board changes, and its finishing pages
+        and rate change with nearly every page: news a few round trips carry on anyway)."""
         now = self.board.clock()
         with self._lock:
-            demand, seq, held, held_seq = (self._documents, self._seq, self._held,
-                                           self._held_seq)
+            demand, seq = self._documents, self._seq
+            finishing, finishing_seq = self._finishing, self._finishing_seq
             rate, rate_seq = self._rate, self._rate_seq
             urgent, urgent_seq = self._urgent, self._urgent_seq
-            key = (seq, bool(demand or held))
+            key = (seq, bool(demand or finishing))
             cached = self._outgoing
             if cached is not None and cached[0] == key and now - cached[1] < REBALANCE_S:
                 return cached[2]
@@ -231,7 +231,7 @@ class FleetView:
             estimate_seq = self._estimate_seq
         own_slots = sum(w.value for w in self.board.workers())
         self.board.say("c", self.id, seq, demand)
-        self.board.say("h", self.id, held_seq, held)
+        self.board.say("h", self.id, finishing_seq, finishing)
         self.board.say("f", self.id, estimate_seq, own_slots)
         self.board.say("s", self.id, rate_seq, rate)
         self.board.say("u", self.id, urgent_seq, urgent)
@@ -246,10 +246,10 @@ class FleetView:
 
     # ---- what it may take ----------------------------------------------------------------------
     def share(self, replica_slots: float | None = None) -> Share:
-        """This process's part of the fleet now: its held pages plus an equal quota for each
-        of its documents with pages to send, out of the fleet's slots less every process's
-        held pages. A process with nothing queued is counted as one document, so its first
-        page finds room. The fleet's slots: the sum of the targets of the workers this
+        """This process's part of the fleet now: its finishing pages plus an equal quota for
+        each of its documents with pages to send, out of the fleet's slots less every
+        process's finishing pages. A process with nothing queued is counted as one document,
+        so its first page finds room. The fleet's slots: the sum of the targets of the workers this
         process has heard of, or a larger estimate another gateway process has (one that has
         already met the new workers of a scale-up). With a replica list or DNS name, the
         gateway knows the replicas itself: `replica_slots`, the sum of their targets. While
@@ -260,14 +260,14 @@ class FleetView:
         `_reserved`): the documents share the slots less those workers' part, and the
         others keep their page queued (it hides the gap before their next)."""
         with self._lock:
-            mine, my_held, first_wave = self._documents or 1, self._held, self._first_wave
+            mine, my_finishing, first_wave = self._documents or 1, self._finishing, self._first_wave
             taken = self._taken() or 1
             my_rate = self._rate if self._documents else None
             my_urgent, page_time_unknown = self._urgent, self._page_time_unknown
         live = self.board.live()
         demands = self._demands(live["c"], mine)
-        held = {e.id: e.value for e in live["h"]}
-        held[self.id] = my_held
+        finishing = {e.id: e.value for e in live["h"]}
+        finishing[self.id] = my_finishing
         targets = {w.id: w.value for w in live["w"]}
         slots = replica_slots or max(
             [sum(targets.values())] + [e.value for e in live["f"] if e.id != self.id])
@@ -279,9 +279,9 @@ class FleetView:
         usable, kept = total, reserve * total / max(workers, 1)  # with a list (above)
         if self.balanced and reserve and workers:
             usable, kept = min(total, workers), reserve
-        # held pages come off, but never more than 3/4 of the fleet: entries of a gateway that
-        # died with pages in flight linger until they expire, and must not starve the rest
-        free = max(usable - sum(held.values()) - kept, MIN_UNHELD * total)
+        # finishing pages come off, but never more than 3/4 of the fleet: entries of a gateway
+        # that died with pages in flight linger until they expire, and must not starve the rest
+        free = max(usable - sum(finishing.values()) - kept, MIN_SENDING * total)
         others = sum(demands.values()) - mine
         quota = free / (others + mine)
         part = mine * quota
@@ -289,10 +289,10 @@ class FleetView:
             part = min(part, taken * free / (others + taken))
         if first_wave:  # the first pages out run a page time: no more than one process's
             part = min(part, free / sum(1 for i, d in demands.items() if d or i == self.id))
-        fraction = min(1.0, (my_held + part) / total)
+        fraction = min(1.0, (my_finishing + part) / total)
         return Share(fraction, slots or None, targets, len(demands), sum(demands.values()),
-                     sum(held.values()), quota, fleet_rate(live["s"], demands, my_rate, self.id),
-                     reserve)
+                     sum(finishing.values()), quota,
+                     fleet_rate(live["s"], demands, my_rate, self.id), reserve)
 
     def _taken(self) -> float:
         """Under the lock: the demand this process takes its share by while the fleet keeps
@@ -327,8 +327,8 @@ class FleetView:
         the others; the workers, which all of them probed, have). Documents sent at once wake
         several processes within a second, and each would otherwise take the fleet as its
         own until its first pages come back, over-filling the fleet and leaving no worker
-        idle for images. Those that woke together each take an equal part meanwhile, and as each hears the
-        others' news (they tell every worker as they wake, and it probes a few every
+        idle for images. Those that woke together each take an equal part meanwhile, and as
+        each hears the others' news (they tell every worker as they wake, and it probes a few every
         TELL_GAP_S, gateway.flow.replicas `settle`), their documents. After that, until its first
         pages come back (behind a balancer), old news is no news while others woke too: a
         process last heard idle before this one woke counts as busy as this one, once another
@@ -360,8 +360,9 @@ class FleetView:
                 "workers": len(share.targets), "fleetSlots": round(share.slots or 0, 2),
                 "limit": share.limit(self.default_target), "documents": self._documents,
                 "rate": share.rate,
-                "held": self._held, "fleetDocuments": share.documents,
-                "fleetHeld": share.held, "urgentLoad": self._urgent, "reserve": share.reserve}
+                "finishing": self._finishing, "fleetDocuments": share.documents,
+                "fleetFinishing": share.finishing, "urgentLoad": self._urgent,
+                "reserve": share.reserve}
 
 
 def dither(share: float, draw: Callable[[], float] = random.random) -> int:

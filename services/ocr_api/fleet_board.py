@@ -12,7 +12,7 @@ so no clock is shared) and carried with its age (seconds since its owner last sa
   target; 0 once it drains). The fleet's slots are the sum of the targets of the workers
   heard from in the last `worker_ttl_s`: behind one load balancer this is how a gateway
   learns how many workers there are, without being told.
-- `h`, a client's **held pages**: pages in flight of its documents that have nothing left to
+- `h`, a client's **finishing pages**: pages in flight of its documents that have nothing left to
   send (an image being read, a document's last pages). They come off the fleet's slots
   before the rest is split by documents, so a gateway busy with images does not take more
   than its documents' share for its long ones.
@@ -68,7 +68,7 @@ _ITEM = re.compile(r"\s*([%s]):([0-9a-z]{1,16}):([0-9]{1,10}):([0-9]{1,10}):([0-
 
 @dataclass
 class Entry:
-    kind: str  # "c": a client's documents, "h": its held pages, "f": its fleet estimate,
+    kind: str  # "c": a client's documents, "h": its finishing pages, "f": its fleet estimate,
     # "s": its send rate, "u": its urgent load, "w": a worker's target, "n": the clients a
     # worker heard of (REMEMBER_S)
     id: str
