@@ -107,7 +107,8 @@ class ReplicaClient:
                        worker=response.headers.get(h.WORKER),
                        board=response.headers.get(h.BOARD),
                        engine=response.headers.get(h.ENGINE), seconds=seconds,
-                       starts_in_s=_seconds(h.int_header(response.headers, h.STARTS_IN_MS)))
+                       starts_in_s=_seconds(h.int_header(response.headers, h.STARTS_IN_MS)),
+                       page_s=_seconds(h.int_header(response.headers, h.PAGE_MS)))
 
 
 def _seconds(milliseconds: int | None) -> float | None:

@@ -59,3 +59,4 @@ class Attempt:
     engine: str | None = None  # the engine identity the replica says it runs (page cache)
     seconds: float = 0.0  # from sending to the whole answer
     starts_in_s: float | None = None  # LATER: when the worker would have started it
+    page_s: float | None = None  # how long the worker's pages take (X-Ocr-Page-Ms)

@@ -296,7 +296,7 @@ class Scheduler:
                                            start_within_s=_start_within(doc, task),
                                            path=doc.endpoint.path)
                 if attempt.outcome is Outcome.OK:
-                    self.demand.page_timed(attempt.seconds, doc.urgent)
+                    self.demand.page_timed(attempt.seconds, doc.urgent, attempt.page_s)
             except Exception as exc:  # never lose a page to a bug in the send path
                 log.exception("sending a chunk failed")
                 attempt = Attempt(Outcome.FAILED, None, {},

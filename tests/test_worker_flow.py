@@ -449,3 +449,16 @@ def test_the_sim_engines_jitter_is_drawn_apart_in_each_engine_and_an_image_gets_
     assert all(0.8 <= s <= 1.2 for s in draws[0] + draws[1])
     SimEngine(config).predict([image] * 8, {})
     assert all(0.04 <= s <= 0.06 for s in slept[-8:])
+
+
+def test_answers_say_how_long_the_workers_pages_take_once_it_has_read_one():
+    """X-Ocr-Page-Ms: the engine's moving mean per batch, on every answer and probe once a
+    page has been read (what the gateways judge "pages are long" by, gateway.flow.reserve);
+    nothing before, rather than a guess."""
+    client, _, _ = make_client(page_ms=300)
+    assert "X-Ocr-Page-Ms" not in client.get("/readyz").headers
+    answer = client.post("/ocr", json={"file": image_b64(2000, 0)})
+    assert answer.status_code == 200
+    said = int(answer.headers["X-Ocr-Page-Ms"])
+    assert 250 <= said <= 3000  # a page of the sim's 300 ms, priced by its pixels
+    assert int(client.get("/readyz").headers["X-Ocr-Page-Ms"]) == said

@@ -93,14 +93,16 @@ class Demand:
             page_time_unknown=documents and unknown,
             follow=unknown and not documents)
 
-    def page_timed(self, seconds: float, urgent: bool = False) -> None:
-        """A page's attempt came back in `seconds` (the send threads book each): how long
+    def page_timed(self, seconds: float, urgent: bool = False,
+                   page_s: float | None = None) -> None:
+        """A page's attempt came back in `seconds` (the send threads book each), from a
+        worker whose pages take `page_s` (X-Ocr-Page-Ms; None: it did not say): how long
         pages take (gateway.flow.reserve, the weighing's window) and, for an urgent page, the
         workers urgent pages keep busy."""
         if urgent:
             self._urgent.record(seconds, time.monotonic())
             return
-        self._page_time.record(seconds)
+        self._page_time.record(seconds if page_s is None else page_s)
         self.replicas.fleet.page_back()
         page_s = self._page_s  # (a lost update between send threads changes nothing much)
         self._page_s = seconds if page_s is None else page_s + 0.1 * (seconds - page_s)

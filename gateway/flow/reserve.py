@@ -31,7 +31,7 @@ import threading
 from collections import deque
 
 LONG_PAGE_S = 3.0  # pages longer than this (PageTime): workers are kept idle for urgent pages
-RECENT_PAGES = 32
+RECENT_PAGES = 32  # pages whose workers' times say whether pages are long (PageTime)
 MAX_SHARE = 1 / 16  # of the workers, at most: a small fleet keeps its throughput
 WINDOW_S = 10.0
 
@@ -67,9 +67,13 @@ class UrgentLoad:
 
 
 class PageTime:
-    """A page's own time: the shortest of the last RECENT_PAGES document attempts. One sent to
-    an idle worker takes just its page; one queued behind another, up to twice that, and on a
-    fleet whose workers hold a page in hand most do (their mean would call 2 s pages long)."""
+    """How long pages take: the median of what the workers that answered the last
+    RECENT_PAGES document pages said (X-Ocr-Page-Ms: their engine's moving mean per batch).
+    Not the attempts' own times: on a fleet whose workers hold a page in hand most pages wait
+    behind another, up to twice their time (their median would call 2 s pages long), and the
+    shortest of them is no guide where page times vary (around 4 s ± 75 %, the shortest of 32
+    is about a second, and the workers would never be kept idle where it matters most). An
+    attempt's time stands in where its worker said nothing (it had read no page before)."""
 
     def __init__(self, recent: int = RECENT_PAGES):
         self._lock = threading.Lock()
@@ -87,7 +91,7 @@ class PageTime:
     def long(self) -> bool:
         """Pages are longer than LONG_PAGE_S (False before any is timed)."""
         with self._lock:
-            return bool(self._times) and min(self._times) > LONG_PAGE_S
+            return bool(self._times) and statistics.median(self._times) > LONG_PAGE_S
 
 
 def reserve_for(load: float, workers: int, page_time_unknown: bool = False) -> int:

@@ -16,6 +16,8 @@ CAPACITY = "X-Ocr-Capacity"  # worker -> gateway: admission slots (OCR_QUEUE_SIZ
 FREE = "X-Ocr-Free"  # worker -> gateway: slots free as the answer leaves
 HELD = "X-Ocr-Held"  # worker -> gateway: admitted requests not read first (no image): what
 # X-Ocr-Within-Target counts
+PAGE_MS = "X-Ocr-Page-Ms"  # worker -> gateway: how long its engine takes over a batch of pages
+# (a moving mean of the last ones; absent before the first): whether pages are long
 WORKER = "X-Ocr-Worker"  # worker -> gateway: the id of the worker process that answered
 BOARD = "X-Ocr-Board"  # both ways: the fleet board (services/ocr_api/fleet_board.py)
 PAGES = "X-Ocr-Pages"  # gateway -> client: pages in a PDF/ZIP/text answer

@@ -193,6 +193,8 @@ HEADERS = {
     h.CAPACITY: header("Admission slots (OCR_QUEUE_SIZE)", COUNT),
     h.FREE: header("Slots free as the answer leaves (0 while draining)", COUNT),
     h.HELD: header(f"Requests admitted, less those sent `{h.PRIORITY}: high`", COUNT),
+    h.PAGE_MS: header("How long its engine takes over a batch of pages (a moving mean), once "
+                      "it has read one", COUNT),
     h.WORKER: header("The answering process's id"),
     h.BOARD: header("The fleet board, with this worker's entries"),
     h.ENGINE: header("The engine's identity (a digest; the page cache's key)"),

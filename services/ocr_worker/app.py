@@ -92,7 +92,8 @@ def create_app(config: WorkerConfig | None = None, engine: Engine | None = None,
         if request.path in ("/ocr", "/layout-parsing", "/readyz"):
             capacity = service.capacity()
             response.headers.update(capacity_headers(capacity["slots"], capacity["free"],
-                                                     service.admission.held))
+                                                     service.admission.held,
+                                                     service.pace.page_s))
             heard = request.headers if from_the_fleet(response.status_code) else {}
             response.headers.update(service.presence.answer_headers(heard))
             identity = service.engine_identity()

@@ -74,9 +74,15 @@ def parse_priority(value: str | None) -> bool:
     raise bad_request(f"{headers.PRIORITY} must be high or normal")
 
 
-def capacity_headers(slots: int, free: int, held: int) -> dict[str, str]:
-    return {CAPACITY_HEADER: str(slots), FREE_HEADER: str(max(0, free)),
+def capacity_headers(slots: int, free: int, held: int,
+                     page_s: float | None = None) -> dict[str, str]:
+    """A worker's room on every answer, and how long its pages take (`Pace.page_s`) once it
+    has read one."""
+    said = {CAPACITY_HEADER: str(slots), FREE_HEADER: str(max(0, free)),
             headers.HELD: str(max(0, held))}
+    if page_s is not None:
+        said[headers.PAGE_MS] = str(min(MAX_DEADLINE_MS, round(page_s * 1000)))
+    return said
 
 
 def capacity_json(slots: int, free: int) -> dict[str, int]:

@@ -17,6 +17,7 @@ from .capacity import MAX_DEADLINE_MS
 from .config import WorkerConfig
 
 ANSWER_HEADERS = (h.CAPACITY, h.FREE, h.HELD, h.WORKER, h.BOARD)  # on every /ocr and /readyz
+SOME_ANSWERS = (h.ENGINE, h.PAGE_MS)  # once the engine has loaded, once a page was read
 DESCRIPTION = ("One OCR worker: PaddleX serving's `POST /ocr` (the same body, fields and "
                "envelope), flow-control headers for the gateway, and the probes. "
                "Reference: docs/api.md")
@@ -31,7 +32,7 @@ def build(app: Flask, config: WorkerConfig) -> dict[str, Any]:
 
 
 def ocr_operation(config: WorkerConfig) -> dict[str, Any]:
-    busy = api.error_response(503, (h.STARTS_IN_MS, h.ENGINE), ANSWER_HEADERS)
+    busy = api.error_response(503, (h.STARTS_IN_MS, *SOME_ANSWERS), ANSWER_HEADERS)
     return {
         "operationId": "ocr", "tags": ["ocr"],
         "summary": "OCR an image or a PDF (PaddleX serving's /ocr)",
@@ -39,9 +40,9 @@ def ocr_operation(config: WorkerConfig) -> dict[str, Any]:
         "requestBody": api.ocr_body(api.ocr_fields(), config.max_bytes),
         "responses": {
             "200": {"description": "The PaddleX envelope: one `ocrResults` entry per page",
-                    "headers": api.response_headers(200, (h.ENGINE,), ANSWER_HEADERS),
+                    "headers": api.response_headers(200, SOME_ANSWERS, ANSWER_HEADERS),
                     "content": api.json_content(api.ref("schemas", "OcrEnvelope"))},
-            **{str(status): api.error_response(status, (h.ENGINE,), ANSWER_HEADERS)
+            **{str(status): api.error_response(status, SOME_ANSWERS, ANSWER_HEADERS)
                for status in (400, 401, 413, 422, 500, 504)},
             "503": busy,
         },
@@ -50,11 +51,11 @@ def ocr_operation(config: WorkerConfig) -> dict[str, Any]:
 
 def layout_operation(config: WorkerConfig) -> dict[str, Any]:
     """POST /layout-parsing: /ocr's stages and headers, PP-StructureV3's body and answer."""
-    busy = api.error_response(503, (h.STARTS_IN_MS, h.ENGINE), ANSWER_HEADERS)
+    busy = api.error_response(503, (h.STARTS_IN_MS, *SOME_ANSWERS), ANSWER_HEADERS)
     return layout_openapi.layout_operation(
         config.max_bytes, [*api.request_headers(), *flow_control_headers()],
-        api.response_headers(200, (h.ENGINE,), ANSWER_HEADERS),
-        {**{str(status): api.error_response(status, (h.ENGINE,), ANSWER_HEADERS)
+        api.response_headers(200, SOME_ANSWERS, ANSWER_HEADERS),
+        {**{str(status): api.error_response(status, SOME_ANSWERS, ANSWER_HEADERS)
             for status in (400, 401, 413, 422, 500, 504)}, "503": busy})
 
 
