@@ -38,6 +38,7 @@ from .dispatch import ReplicaClient
 from .flow.demand import Demand
 from .flow.queue import Document, FairQueue, Task, let_go
 from .flow.replicas import NoReplicas, Replica, ReplicaSet
+from .flow.reserve import START_WITHIN_S
 from .flow.settle import Settler
 from .outcome import Attempt, Outcome
 
@@ -45,10 +46,6 @@ log = logging.getLogger("gateway.scheduler")
 
 ABANDON_AFTER_S = 60.0  # past its deadline, a document nobody reads is dropped from the queue
 TIDY_S = 0.05  # deadlines and abandoned documents are looked at least this often
-# an urgent page asks to start within these, one per try (X-Ocr-Start-Within-Ms): a worker
-# whose page under way ends later refuses it at once (Outcome.LATER) and the next try goes to
-# another; after the last, to whichever worker comes
-START_WITHIN_S = (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0, 2.8)
 
 
 @dataclass(frozen=True)

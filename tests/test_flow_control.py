@@ -15,7 +15,8 @@ from gateway.budget import RetryBudget
 from gateway.outcome import Attempt
 from gateway.outcome import Outcome, classify
 from gateway.flow.queue import BATCH, INTERACTIVE, Document, FairQueue
-from gateway.scheduler import START_WITHIN_S, Scheduler, SchedulerSettings
+from gateway.flow.reserve import START_WITHIN_S
+from gateway.scheduler import Scheduler, SchedulerSettings
 from gateway.split import Chunk
 from gateway.flow.share import FleetView, Share
 from gateway.flow import PLACEMENTS, BalancedReplicas, LimitSettings, ListedReplicas

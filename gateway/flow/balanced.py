@@ -9,7 +9,7 @@ workers.
 
 Which workers exist is learnt from the board: the workers' entries that probes through the
 balancer bring back. Probes go in rounds, each twice as large as the last while it meets new
-workers (a scale-up is found within a few rounds), else FIRST_PROBE_ROUND."""
+workers (a scale-up is found within a few rounds), else PROBE_ROUND."""
 
 from __future__ import annotations
 
@@ -19,10 +19,9 @@ from typing import Mapping
 from services.ocr_api import headers as h
 
 from .replica import Replica
-from .replicas import ReplicaSet
+from .replicas import PROBE_ROUND, ReplicaSet
 from .share import Share
 
-FIRST_PROBE_ROUND = 4
 MAX_PROBE_ROUND = 256
 
 
@@ -31,7 +30,7 @@ class BalancedReplicas(ReplicaSet):
     balanced = True
 
     def __init__(self, **options):
-        self._round = FIRST_PROBE_ROUND
+        self._round = PROBE_ROUND
         self._round_lock = threading.Lock()
         super().__init__(**options)
 
@@ -100,5 +99,5 @@ class BalancedReplicas(ReplicaSet):
     def _after_round(self, met_new: bool) -> bool:
         """True when the next round should follow at once (this one met new workers)."""
         with self._round_lock:
-            self._round = min(MAX_PROBE_ROUND, self._round * 2) if met_new else FIRST_PROBE_ROUND
+            self._round = min(MAX_PROBE_ROUND, self._round * 2) if met_new else PROBE_ROUND
             return met_new

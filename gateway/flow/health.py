@@ -17,12 +17,11 @@ import threading
 from typing import Callable
 
 from .replica import Replica
-from .replicas import ReplicaSet
+from .replicas import PROBE_ROUND, ReplicaSet
 
 log = logging.getLogger("gateway.flow.health")
 
 TELL_GAP_S = 0.5  # "this process went quiet / woke" is told by probes at most this often
-SETTLE_PROBES = 4  # after waking, probes that hear who else woke (each worker tells all)
 
 
 class HealthLoop:
@@ -46,7 +45,7 @@ class HealthLoop:
         unsure = self.replicas.fleet.unsure()
         live = self.replicas.replicas() if unsure else []
         start = random.randrange(len(live)) if live else 0
-        for index in range(SETTLE_PROBES if live else 0):
+        for index in range(PROBE_ROUND if live else 0):
             self.replicas.probe_one(live[(start + index) % len(live)])
         self.replicas.heard_news()
         return unsure

@@ -38,6 +38,7 @@ from .share import REBALANCE_S, FleetView, Share
 __all__ = ["LimitSettings", "NoReplicas", "Probe", "Replica", "ReplicaSet"]
 
 REBALANCE_IDLE_S = 1.0  # the share is taken afresh at least this often (board entries age out)
+PROBE_ROUND = 4  # probes in a round of a few: the first through a balancer, or after waking
 
 # probe(url, headers) -> (ready, the answer's headers)
 Probe = Callable[[str, Mapping[str, str]], "tuple[bool, Mapping[str, str]]"]

@@ -1,9 +1,10 @@
 """Workers kept idle for urgent pages, when pages are long.
 
 An urgent page (a one-page interactive request: an image) asks the worker it goes to to start
-it soon (gateway.scheduler START_WITHIN_S), and a worker whose page under way ends later
-refuses it at once. Where a page takes a couple of seconds, a few tries find a worker that
-ends its page soon enough. Where pages take longer than LONG_PAGE_S, few do; and equal pages
+it soon (START_WITHIN_S, a little longer at each try), and a worker whose page under way ends
+later refuses it at once. Where a page takes a couple of seconds, a few tries find a worker
+that ends its page soon enough. Where pages take longer than the last try waits
+(LONG_PAGE_S), few do; and equal pages
 sent together end together, in waves a page time apart, between which no worker would start an
 image. So the fleet keeps workers idle for them. Each gateway process measures how many workers
 its urgent pages keep busy on average (UrgentLoad: their rate over the last WINDOW_S times
@@ -30,7 +31,11 @@ import statistics
 import threading
 from collections import deque
 
-LONG_PAGE_S = 3.0  # pages longer than this (PageTime): workers are kept idle for urgent pages
+# an urgent page asks to start within these, one per try (X-Ocr-Start-Within-Ms): a worker
+# whose page under way ends later refuses it at once (Outcome.LATER) and the next try goes to
+# another; after the last, to whichever worker comes (gateway.scheduler)
+START_WITHIN_S = (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0, 2.8)
+LONG_PAGE_S = START_WITHIN_S[-1]  # pages longer (PageTime): workers kept idle for urgent pages
 RECENT_PAGES = 32  # pages whose workers' times say whether pages are long (PageTime)
 MAX_SHARE = 1 / 16  # of the workers, at most: a small fleet keeps its throughput
 WINDOW_S = 10.0
