@@ -83,6 +83,25 @@ def test_a_header_in_large_type_is_a_title():
     assert blocks[0].label == "header"
 
 
+@pytest.mark.parametrize("text, label", [
+    ("The invoice for Leeds was signed on 03/03/2028 and filed by Y. Kowalski.", "text"),
+    ("Total due: EUR 17,194.47 (reference 8687-I80), payable within 14 days.", "text"),
+    ("[3] A. Smith, Reading tables, Pattern Recognit. 12 (4), pp. 33-41.", "reference"),
+    ("Smith, J. and Lee, K. (2019). Reading tables. Springer.", "reference"),
+    ("Lee K, et al. Reading tables. arXiv:1901.00001", "reference"),
+    ("张三. 表格识别方法研究[J]. 计算机学报, 2019, 42(3): 1-10.", "reference"),
+])
+def test_a_reference_block_without_a_citation_is_text(text, label):
+    """CDLA's `reference` (a bibliography entry) is what the model calls most English prose:
+    it stays a reference only where the block reads like one."""
+    from services.layout.page import name_references
+
+    lines = [order.Line((0, 0, 900, 20), text)]
+    blocks = [order.Block("reference", (0, 0, 900, 20), [0])]
+    name_references(blocks, lines)
+    assert blocks[0].label == label
+
+
 def test_table_cells_are_filled_from_the_lines_with_spans():
     tokens = ["<tr>", "<td></td>", "<td", ' colspan="2"', ">", "</td>", "</tr>"]
     cells = np.array([[0, 0, 50, 20], [50, 0, 150, 20]], dtype=float)

@@ -36,12 +36,16 @@ def union(boxes: list[Box]) -> Box:
 
 
 def assign_lines(blocks: list[Block], lines: list[Line], min_share: float = 0.5) -> list[int]:
-    """Each line goes to the block holding most of it (at least `min_share`); returns the
+    """Each line goes to the block holding most of it (at least `min_share`), a block that
+    is read (any but an image) before an image that holds more of it: an image's lines are
+    not read, and the model often offers an image over text it also calls text. Returns the
     lines no block took."""
     loose = []
     for i, line in enumerate(lines):
         shares = [overlap_share(line.box, block.box) for block in blocks]
-        best = max(range(len(blocks)), key=shares.__getitem__) if blocks else None
+        best = max(range(len(blocks)), key=lambda j: (
+            shares[j] >= min_share, blocks[j].label != "image", shares[j])) \
+            if blocks else None
         if best is not None and shares[best] >= min_share:
             blocks[best].lines.append(i)
         else:
@@ -154,3 +158,57 @@ def split_paragraphs(block: Block, lines: list[Line], gap: float = 0.7) -> list[
     if len(parts) == 1:
         return [block]
     return [Block(block.label, union([lines[i].box for i in part]), part) for part in parts]
+
+
+def rows_of(indexes: list[int], lines: list[Line]) -> list[list[int]]:
+    """The lines in rows (as sort_lines groups them: vertical centres within half a line
+    height of the row's first line), each row left to right."""
+    rows: list[list[int]] = []
+    for i in sorted(indexes, key=lambda i: (lines[i].box[1], lines[i].box[0])):
+        box = lines[i].box
+        if rows:
+            first = lines[rows[-1][0]].box
+            if abs((box[1] + box[3]) / 2 - (first[1] + first[3]) / 2) \
+                    < (first[3] - first[1]) / 2:
+                rows[-1].append(i)
+                continue
+        rows.append([i])
+    return [sorted(row, key=lambda i: lines[i].box[0]) for row in rows]
+
+
+def column_gaps(indexes: list[int], lines: list[Line], min_gap: float) -> int:
+    """How many vertical gaps at least `min_gap` wide run top to bottom between the lines:
+    x ranges that no line covers, between the leftmost and the rightmost line."""
+    spans = sorted((lines[i].box[0], lines[i].box[2]) for i in indexes)
+    gaps, reach = 0, spans[0][1]
+    for left, right in spans[1:]:
+        if left - reach >= min_gap:
+            gaps += 1
+        reach = max(reach, right)
+    return gaps
+
+
+# a text region read as a table (is_grid): at least this many rows of two lines or more ...
+GRID_MIN_ROWS = 3
+GRID_ROW_SHARE = 2 / 3  # ... which are this share of its rows or more,
+GRID_GAP = 1.0  # in columns parted by gaps of a line height or more running through them,
+GRID_MAX_WORDS = 4  # and short cells: the median line holds at most this many words
+
+
+def is_grid(indexes: list[int], lines: list[Line]) -> bool:
+    """Whether these lines stand as a table's cells rather than as running text: rows of
+    several lines each, in columns parted by clear vertical gaps that run through all such
+    rows, the lines short (a few words: cells, not the lines of a multi-column text). The
+    layout model calls a small unruled table `text` now and then, on scans above all
+    (no rules, a little noise); prose, even in two columns, fails the last test."""
+    if len(indexes) < 2 * GRID_MIN_ROWS:
+        return False
+    rows = rows_of(indexes, lines)
+    several = [row for row in rows if len(row) >= 2]
+    if len(several) < GRID_MIN_ROWS or len(several) < GRID_ROW_SHARE * len(rows):
+        return False
+    height = sorted(lines[i].box[3] - lines[i].box[1] for i in indexes)[len(indexes) // 2]
+    if column_gaps([i for row in several for i in row], lines, GRID_GAP * height) < 1:
+        return False
+    words = sorted(len(lines[i].text.split()) for i in indexes)
+    return words[len(words) // 2] <= GRID_MAX_WORDS

@@ -4,25 +4,33 @@ the two model calls it is given."""
 
 from __future__ import annotations
 
+import re
 from statistics import median
 from typing import Any, Callable
 
 import numpy as np
 
-from . import markdown, regions as layout_regions, ruled, tables
+from . import deskew, markdown, regions as layout_regions, ruled, tables
 from .request import LayoutOptions
-from .order import (Block, Line, assign_lines, group_loose_lines, reading_order, sort_lines,
-                    split_paragraphs)
+from .order import (Block, Line, assign_lines, group_loose_lines, is_grid, reading_order,
+                    sort_lines, split_paragraphs, union)
 
 # regions read as a block of text lines (a table's lines go to its cells instead)
 TEXT_LIKE = {"text", "paragraph_title", "doc_title", "figure_title", "header", "footer",
              "reference", "formula", "number", "footnote"}
 
 
-def ocr_lines(ocr: dict[str, Any]) -> list[Line]:
-    """The OCR pipeline's rec_boxes and rec_texts as Lines."""
-    return [Line(tuple(float(v) for v in box), text)
-            for box, text in zip(ocr.get("rec_boxes") or [], ocr.get("rec_texts") or [])]
+def ocr_lines(ocr: dict[str, Any], straight: deskew.Straighten | None = None) -> list[Line]:
+    """The OCR pipeline's rec_boxes and rec_texts as Lines; with `straight`, each line's box
+    on the straightened page (around its polygon, rec_polys, where the pipeline gave one)."""
+    boxes = ocr.get("rec_boxes") or []
+    texts = ocr.get("rec_texts") or []
+    if straight is None:
+        return [Line(tuple(float(v) for v in box), text) for box, text in zip(boxes, texts)]
+    polys = ocr.get("rec_polys") or []
+    if len(polys) != len(texts):
+        polys = [deskew.corners(box) for box in boxes]
+    return [Line(straight.to_straight(poly), text) for poly, text in zip(polys, texts)]
 
 
 def block_text(indexes: list[int], lines: list[Line]) -> str:
@@ -57,6 +65,26 @@ def name_titles(blocks: list[Block], lines: list[Line]) -> None:
         break
 
 
+# what a bibliography entry carries: a leading number ([1], 1., (1)), GB/T 7714's type marks
+# ([J], [M], ...), a cited year ("(2019)", ", 2019."), "et al.", a DOI or arXiv id, pages
+# or a volume
+_CITATION = re.compile(
+    r"^\s*(\[\d{1,3}\]|\(\d{1,3}\)|\d{1,3}\.\s)"
+    r"|\[(J|M|C|D|R|S|P|N|Z|A|EB/OL|DB/OL)\]"
+    r"|\(\s*(19|20)\d{2}[a-z]?\s*\)|,\s*(19|20)\d{2}[a-z]?\."
+    r"|\bet\s+al\b|\bdoi\b|doi\.org|arxiv|\bpp?\.\s*\d|\bvol\.\s*\d", re.I)
+
+
+def name_references(blocks: list[Block], lines: list[Line]) -> None:
+    """A `reference` block (CDLA's class for a bibliography's entries) that carries nothing
+    of a citation is text. The model, trained on Chinese papers, where Latin-script prose
+    is mostly the reference list, calls plain English paragraphs `reference`; PaddleX's own
+    layout model (PP-DocLayout) calls them text, and the Markdown reads them as text."""
+    for block in blocks:
+        if block.label == "reference" and not _CITATION.search(block_text(block.lines, lines)):
+            block.label = "text"
+
+
 def parse_page(image: np.ndarray, ocr: dict[str, Any], options: LayoutOptions,
                detect: Callable[[np.ndarray], list[np.ndarray]],
                table_structure: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
@@ -66,14 +94,24 @@ def parse_page(image: np.ndarray, ocr: dict[str, Any], options: LayoutOptions,
     """(prunedResult, Markdown) for one page. `detect`: the layout model on its
     preprocessed input; `table_structure`: SLANet_plus on its preprocessed input;
     `ruled_lines`: the ruled-table line model on its (None: every table goes to
-    SLANet_plus)."""
+    SLANet_plus). A skewed scan is straightened first (services/layout/deskew.py): regions
+    and tables are found on the straight page, and their boxes are given on the page as
+    sent."""
     height, width = image.shape[:2]
-    found = layout_regions.postprocess(detect(layout_regions.preprocess(image)),
-                                       (height, width), options.layout_threshold)
+    skew = deskew.estimate(ocr)
+    straight = deskew.Straighten((height, width), skew) \
+        if abs(skew) >= deskew.MIN_ANGLE else None
+    work = straight.image(image) if straight is not None else image
+    found = layout_regions.postprocess(detect(layout_regions.preprocess(work)),
+                                       work.shape[:2], options.layout_threshold)
     found = layout_regions.drop_contained(found)
-    lines = ocr_lines(ocr)
+    lines = ocr_lines(ocr, straight)
     blocks = [Block(region.label, region.box) for region in found]
     loose = assign_lines(blocks, lines)
+    for block in blocks:  # a table the model took for text: its lines in rows and columns
+        if block.label == "text" and is_grid(block.lines, lines):
+            block.label = "table"
+            block.box = union([block.box, *(lines[i].box for i in block.lines)])
     blocks += group_loose_lines(loose, lines)
     blocks = [b for b in blocks if b.lines or b.label in ("table", "image")]
     for block in blocks:
@@ -81,18 +119,28 @@ def parse_page(image: np.ndarray, ocr: dict[str, Any], options: LayoutOptions,
             block.box = tuple(min(a, b) if k < 2 else max(a, b) for k, (a, b) in
                               enumerate(zip(block.box, _union(block, lines))))
     blocks = [part for block in blocks for part in split_paragraphs(block, lines)]
+    name_references(blocks, lines)
     name_titles(blocks, lines)
     ordered = reading_order(blocks, width)
     table_results = []
     for block in ordered:
         if block.label == "table" and options.use_table_recognition:
             block.content, table_json = recognise_table(
-                image, block, lines, table_structure, table_vocab,
+                work, block, lines, table_structure, table_vocab,
                 None if options.use_e2e_wired_table_rec_model else ruled_lines)
+            if straight is not None:
+                table_json["cell_box_list"] = [
+                    [round(v, 2) for v in straight.to_page(cell)]
+                    for cell in table_json["cell_box_list"]]
             table_json["table_region_id"] = len(table_results)
             table_results.append(table_json)
         elif block.label != "image":
             block.content = block_text(block.lines, lines)
+    if straight is not None:  # every box back on the page as sent
+        for block in ordered:
+            block.box = straight.to_page(block.box)
+        for region in found:
+            region.box = straight.to_page(region.box)
     parsing = [{"block_label": b.label, "block_content": b.content,
                 "block_bbox": [int(round(v)) for v in b.box], "block_id": i,
                 "block_order": i + 1 if b.label not in options.markdown_ignore_labels
