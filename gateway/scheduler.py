@@ -172,17 +172,17 @@ class Scheduler:
         now = time.monotonic()
         if now - self._tidied_at >= TIDY_S:
             self._tidy(now)
-        room = self.replicas.has_room()
-        urgent_only = not room and self.fair.has_urgent(now) and self.replicas.has_room(True)
-        doc = (self.fair.pick(now, self.replicas.document_quota(), urgent_only)
-               if room or urgent_only else None)
+        room = self.replicas.look()
+        urgent_only = not room.documents and room.urgent and self.fair.has_urgent(now)
+        doc = (self.fair.pick(now, room.quota, urgent_only)
+               if room.documents or urgent_only else None)
         if doc is None:  # about to wait: tidy first, then wait for what comes first
             if self._tidied_at != now:
                 self._tidy(now)
             wake = self.fair.next_wake()
-            if not room:
-                wake = min(filter(None, (wake, self.replicas.next_change())), default=None)
-            self._cond.wait(timeout=_until(wake, now, cap=1.0 if not room else 5.0))
+            if not room.documents:
+                wake = min(filter(None, (wake, room.next_change)), default=None)
+            self._cond.wait(timeout=_until(wake, now, cap=5.0 if room.documents else 1.0))
             return None
         task = doc.take(now)
         doc.inflight += 1

@@ -375,7 +375,7 @@ def test_two_gateways_behind_one_balancer_fill_64_workers_in_proportion_to_their
     for _ in range(4):  # probes and pages meet the new workers: in one round trip for most
         fleet.step([a, b])  # orders of the workers' (random) ids, in at most four for all
     for replicas in (a, b):
-        replicas.has_room()  # the limits as the next page sees them
+        replicas.look().documents  # the limits as the next page sees them
     limits = [r.replicas()[0].slots for r in (a, b)]
     assert 128 <= sum(limits) <= 128 * 1.05 + 2  # every card busy, few waiting
 
@@ -394,8 +394,8 @@ def test_an_image_goes_out_when_its_processs_share_shrinks_under_its_documents_p
         taken.append(replica)  # its one document's share is out
     a.set_demand(0.25, finishing=1)  # slowed to a quarter, and an image came
     clock.now += 1.0  # the next rebalance
-    assert not a.has_room() and a.acquire() is None  # its document's pages: over the share
-    assert a.has_room(urgent=True)
+    assert not a.look().documents and a.acquire() is None  # its document's pages: over the share
+    assert a.look().urgent
     assert a.acquire(urgent=True) is not None  # the image goes all the same
 
 
@@ -417,7 +417,7 @@ def test_gateways_woken_together_do_not_each_take_the_fleet_until_they_have_hear
 
     def limits() -> list[int]:
         for replicas in (a, b):
-            replicas.has_room()
+            replicas.look().documents
         return [r.replicas()[0].slots for r in (a, b)]
 
     room = sum(worker[0].board.workers()[0].value for worker in fleet.workers[:1]) * 64
@@ -451,7 +451,7 @@ def test_gateways_idle_long_enough_to_forget_each_other_still_wake_together_with
     for replicas in (a, b, a):
         replicas.probe_all()
     for replicas in (a, b):
-        replicas.has_room()  # each has seen the other
+        replicas.look().documents  # each has seen the other
     clock.now += 30.0  # idle: the entries have expired everywhere
     assert not a.fleet.board.clients() or all(c.id == a.fleet.id for c in a.fleet.board.clients())
     for replicas, documents in ((a, 3), (b, 1)):
@@ -459,7 +459,7 @@ def test_gateways_idle_long_enough_to_forget_each_other_still_wake_together_with
         assert replicas.fleet.untold()  # woken by documents, with another process in memory
         replicas.probe_all(every=True)  # what `tell` does then
     for replicas in (a, b):
-        replicas.has_room()
+        replicas.look().documents
     shares = [r.fleet.share().fraction for r in (a, b)]
     assert sum(shares) <= 1.0
     for replicas in (a, b):
@@ -496,7 +496,7 @@ def test_gateways_that_never_heard_each_other_wake_together_within_the_fleet():
 
     def limits() -> list[int]:
         for replicas in gateways:
-            replicas.has_room()
+            replicas.look().documents
         return [r.replicas()[0].slots for r in gateways]
 
     room = sum(worker[0].board.workers()[0].value for worker in fleet.workers[:1]) * 64
@@ -555,7 +555,7 @@ def test_a_gateway_that_goes_quiet_says_so_and_the_other_takes_the_fleet_at_once
     HealthLoop(a).tell()
     assert not a.fleet.untold()  # told once: no second round of probes for the same news
     fleet.step([b])  # its next pages' answers bring that news (well within 5 s)
-    b.has_room()
+    b.look().documents
     assert b.replicas()[0].slots >= 60
     assert b.fleet.set_demand(0, 0) and b.fleet.set_demand(2, 0)  # quiet, then woken: news
     assert not b.fleet.set_demand(3, 1)  # busier: its pages carry that
@@ -726,11 +726,11 @@ def test_a_new_document_is_taken_into_the_limit_at_once_a_finished_one_at_the_ne
                           probe=lambda url, h: (True, {}), clock=clock,
                           fleet=FleetView(board))
     replicas.set_demand(1)
-    assert replicas.document_quota() == 4  # 8 slots over 2 documents
+    assert replicas.look().quota == 4  # 8 slots over 2 documents
     replicas.set_demand(3)
-    assert replicas.document_quota() == 2  # at once: 8 over 4
+    assert replicas.look().quota == 2  # at once: 8 over 4
     clock.now += 0.01
     replicas.set_demand(1)
-    assert replicas.document_quota() == 2  # still: less demand waits for the rebalance
+    assert replicas.look().quota == 2  # still: less demand waits for the rebalance
     clock.now += 0.05
-    assert replicas.document_quota() == 4
+    assert replicas.look().quota == 4

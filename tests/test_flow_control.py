@@ -93,7 +93,7 @@ def test_a_replica_holds_what_its_worker_says_keeps_it_busy():
     board.say("w", "aaaa", 1, 1.05)
     replicas.release(a, answer(Outcome.OK, worker="aaaa", board="w:aaaa:1:105:0"))
     clock.now += 1
-    replicas.has_room()  # allowances follow the news
+    replicas.look().documents  # allowances follow the news
     assert a.slots == 1 and b.slots == 2
     assert replicas.acquire() is None  # a holds one (its allowance), b holds two
     replicas.release(b, answer(Outcome.OK))
@@ -144,7 +144,7 @@ def test_with_a_list_a_worker_that_refused_a_page_is_left_alone_until_its_page_u
     other = next(r for r in replicas.replicas() if r is not full)
     replicas.release(full, answer(Outcome.LATER, capacity=32, free=30, starts_in_s=2.5))
     assert [replicas.acquire(), replicas.acquire(), replicas.acquire()] == [other, other, None]
-    assert replicas.next_change() == pytest.approx(clock.now + 2.5)
+    assert replicas.look().next_change == pytest.approx(clock.now + 2.5)
     clock.now += FULL_FOR_S
     assert replicas.acquire() is None
     clock.now += 1.5
@@ -243,14 +243,14 @@ def test_a_load_balancer_allowance_is_the_share_of_the_workers_behind_it():
         replicas.release(lb, answer(Outcome.OK, worker=f"w{i}",
                                     board=f"w:w{i}:1:150:0"))
     clock.now += 1
-    replicas.has_room()
+    replicas.look().documents
     assert lb.slots == 96
     # another gateway process with 3 documents to this one's 1: a quarter is ours
     replicas.set_demand(1)
     lb.inflight += 1
     replicas.release(lb, answer(Outcome.OK, board="c:zzzz:1:300:0"))
     clock.now += 1
-    replicas.has_room()
+    replicas.look().documents
     assert lb.slots == 24
     lb.inflight += 1
     replicas.release(lb, answer(Outcome.DOWN))
@@ -779,7 +779,7 @@ def test_documents_leave_workers_idle_until_a_page_is_timed(mode):
                                         deadline=time.monotonic() + 30, kind="pdf"))
         assert wait_until(lambda: len(sent) == 30)
         assert replicas.fleet.share().reserve == 2  # of 32
-        assert replicas.fleet.status()["limit"] == 30 and not replicas.has_room()
+        assert replicas.fleet.status()["limit"] == 30 and not replicas.look().documents
         assert scheduler.snapshot()["inflightChunks"] == 30
         gate.set()
         assert texts(doc) == [str(i) for i in range(40)]

@@ -110,10 +110,10 @@ def test_in_a_full_fleet_a_page_finds_the_one_replica_with_room_and_then_none():
     placed = []
     while (replica := replicas.acquire()) is not None:
         placed.append(replica)
-    assert len(placed) == 2 * 128 and not replicas.has_room()  # two each (the default target)
+    assert len(placed) == 2 * 128 and not replicas.look().documents  # two each (the default target)
     back = placed[77]
     replicas.release(back, answer(Outcome.OK))
-    assert replicas.has_room()
+    assert replicas.look().documents
     assert replicas.acquire() is back
     assert replicas.acquire() is None
 
@@ -123,11 +123,11 @@ def test_a_paused_replica_gets_room_back_when_its_pause_ends():
     replicas = replica_set(["http://a"], clock=clock)
     replica = replicas.acquire()
     replicas.release(replica, Attempt(Outcome.BUSY, 503, {}, "busy", retry_after_s=0.2))
-    assert not replicas.has_room()
-    when = replicas.next_change()
+    assert not replicas.look().documents
+    when = replicas.look().next_change
     assert when is not None and 0 < when - clock.now <= 0.2
     clock.now = when
-    assert replicas.has_room() and replicas.acquire() is replica
+    assert replicas.look().documents and replicas.acquire() is replica
 
 
 def test_a_page_avoids_replicas_it_already_failed_on():
@@ -162,7 +162,7 @@ def test_all_ejected_waits_for_the_one_back_soonest():
     clock.now += 5
     replicas.release(b, answer(Outcome.DOWN))
     assert replicas.acquire() is None  # pages wait in the gateway's queue
-    assert replicas.next_change() == pytest.approx(clock.now + 5)
+    assert replicas.look().next_change == pytest.approx(clock.now + 5)
     clock.now += 5
     assert replicas.acquire().url == a.url
 

@@ -19,9 +19,9 @@ from .balanced import BalancedReplicas
 from .health import HealthLoop
 from .listed import DnsReplicas, ListedReplicas
 from .replica import NoReplicas, Replica
-from .replicas import LimitSettings, Probe, ReplicaSet
+from .replicas import LimitSettings, Probe, ReplicaSet, Room
 
 PLACEMENTS = {kind.mode: kind for kind in (BalancedReplicas, ListedReplicas, DnsReplicas)}
 
 __all__ = ["BalancedReplicas", "DnsReplicas", "HealthLoop", "LimitSettings", "ListedReplicas",
-           "NoReplicas", "PLACEMENTS", "Probe", "Replica", "ReplicaSet"]
+           "NoReplicas", "PLACEMENTS", "Probe", "Replica", "ReplicaSet", "Room"]

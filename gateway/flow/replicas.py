@@ -35,13 +35,25 @@ from ..outcome import Attempt, Outcome
 from .replica import NoReplicas, Ranked, Replica
 from .share import REBALANCE_S, FleetView, Share
 
-__all__ = ["LimitSettings", "NoReplicas", "Probe", "Replica", "ReplicaSet"]
+__all__ = ["LimitSettings", "NoReplicas", "Probe", "Replica", "ReplicaSet", "Room"]
 
 REBALANCE_IDLE_S = 1.0  # the share is taken afresh at least this often (board entries age out)
 PROBE_ROUND = 4  # probes in a round of a few: the first through a balancer, or after waking
 
 # probe(url, headers) -> (ready, the answer's headers)
 Probe = Callable[[str, Mapping[str, str]], "tuple[bool, Mapping[str, str]]"]
+
+
+@dataclass(frozen=True)
+class Room:
+    """One look at the replicas (`ReplicaSet.look`): whether a document page and an urgent
+    one would be placed now, the chunks in flight one document may have (its equal part of
+    the fleet; None before the share was first taken), and when that may change by itself."""
+
+    documents: bool
+    urgent: bool
+    quota: int | None
+    next_change: float | None
 
 
 @dataclass(frozen=True)
@@ -202,16 +214,10 @@ class ReplicaSet:
         return self._balanced_at + (REBALANCE_S if self._fresh else REBALANCE_IDLE_S)
 
     def share(self) -> Share | None:
-        """The fleet board as last read: quota and rate (gateway.flow.lead); None before any."""
+        """The share as last taken (`look`, `acquire`): quota and rate (gateway.flow.lead);
+        None before any."""
         with self._lock:
-            self._catch_up(self.clock())
             return self._share
-
-    def document_quota(self) -> int | None:
-        """Chunks in flight one document may have: its equal part of the fleet."""
-        with self._lock:
-            self._catch_up(self.clock())
-            return self._quota
 
     # ---- placing -------------------------------------------------------------------------
     def acquire(self, exclude: set[str] = frozenset(), urgent: bool = False) -> Replica | None:
@@ -238,20 +244,18 @@ class ReplicaSet:
             self._place(chosen, now)
             return chosen
 
-    def has_room(self, urgent: bool = False) -> bool:
-        with self._lock:
-            self._catch_up(self.clock())
-            return (urgent or self._out < self._limit) and len(self._room[urgent]) > 0
-
-    def next_change(self) -> float | None:
-        """When a paused or ejected replica gets room back by itself, or news is next taken
-        into the share (for the scheduler's wait), or None."""
+    def look(self) -> Room:
+        """Where a page would go now, the share taken afresh first when due (the one call
+        besides `acquire` that does): the scheduler's look before it picks a page or waits.
+        `next_change`: when a paused or ejected replica gets room back by itself, or news is
+        next taken into the share."""
         with self._lock:
             self._catch_up(self.clock())
             times = [self._changes[0][0]] if self._changes else []
             if self._fresh:
                 times.append(self._rebalance_due())
-            return min(times) if times else None
+            return Room(self._out < self._limit and len(self._room[False]) > 0,
+                        len(self._room[True]) > 0, self._quota, min(times, default=None))
 
     def give_back(self, replica: Replica) -> None:
         """An acquired slot that was not used after all."""
