@@ -130,7 +130,8 @@ def test_layout_nms_keeps_the_best_of_overlapping_boxes():
     {"useE2eWirelessTableRecModel": False}, {"useWirelessTableCellsTransToHtml": True},
     {"useE2eWiredTableRecModel": "yes"}, {"layoutThreshold": 2},
     {"layoutThreshold": {"12": 0.3}}, {"markdownIgnoreLabels": "header"},
-    {"useTableRecognition": "yes"},
+    {"useTableRecognition": "yes"}, {"useTableOrientationClassify": True},
+    {"returnMarkdownImages": True},
 ])
 def test_fields_this_fleet_cannot_honour_are_refused(fields):
     with pytest.raises(ApiError) as refused:
@@ -143,7 +144,7 @@ def test_the_fields_that_apply_are_taken():
     options, forward = parse_layout_fields({
         "useTableRecognition": False, "layoutThreshold": {"4": 0.3}, "prettifyMarkdown": False,
         "markdownIgnoreLabels": ["footer"], "useSealRecognition": False, "layoutNms": None,
-        "useTableOrientationClassify": True})
+        "useTableOrientationClassify": False, "showFormulaNumber": True})
     assert options == LayoutOptions(False, {4: 0.3}, ["footer"], False)
     assert forward["layoutThreshold"] == {"4": 0.3}
 

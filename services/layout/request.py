@@ -57,6 +57,11 @@ _FIXED: dict[str, tuple[tuple[Any, ...], str]] = {
                                              "loaded: they come from SLANet_plus's structure"),
     "visualize": ((False,), "layout parsing returns no visualization images here"),
     "textLayer": (("ignore",), "layout parsing reads every page with OCR"),
+    # PaddleX's default for these two is true; this fleet's is false
+    "useTableOrientationClassify": ((False,), "no table orientation model is loaded: a table "
+                                              "is read as it stands on the page (a turned "
+                                              "scan is straightened by up to 10 degrees)"),
+    "returnMarkdownImages": ((False,), "figures are not cut out: markdown.images is empty"),
 }
 # fields taking no value other than null here
 _NULL_ONLY = {
@@ -67,10 +72,8 @@ _NULL_ONLY = {
         "sealDetLimitSideLen", "sealDetLimitType", "sealDetThresh", "sealDetBoxThresh",
         "sealDetUnclipRatio", "sealRecScoreThresh")},
 }
-# accepted and without effect here: defaults PaddleX sends that change nothing on our pages
-# (no tables are rotated by the generator; no formulas, no images are returned)
-IGNORED_HARMLESS = ("useTableOrientationClassify", "showFormulaNumber",
-                    "returnMarkdownImages")
+# accepted and without effect here: formula numbers, where no formula is recognised
+IGNORED_HARMLESS = ("showFormulaNumber",)
 # booleans taken as they are: field -> LayoutOptions attribute
 _TAKEN = {"useTableRecognition": "use_table_recognition",
           "prettifyMarkdown": "pretty_markdown",
