@@ -83,10 +83,13 @@ class Scheduler:
             if self._thread.ident is None and not self._stop:  # never started (not: died)
                 self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float | None = None) -> None:
+        """No more pages go out; with `timeout`, wait that long for the thread to end."""
         with self._cond:
             self._stop = True
             self._cond.notify_all()
+        if timeout is not None and self._thread.ident is not None:
+            self._thread.join(timeout)
 
     def _wake(self) -> None:
         with self._cond:

@@ -742,7 +742,7 @@ def test_a_scheduler_that_dies_says_so(run_scheduler):
     while scheduler.alive and time.monotonic() < deadline:
         time.sleep(0.01)
     assert not scheduler.alive and "SystemExit" in scheduler.failure
-    scheduler._thread.join(10)  # its exception is reported while this test (and its filter)
+    scheduler.stop(timeout=10)  # its exception is reported while this test (and its filter)
     # still runs, not during whichever test comes next
 
 
