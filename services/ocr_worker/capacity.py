@@ -81,7 +81,7 @@ def capacity_headers(slots: int, free: int, held: int,
     said = {CAPACITY_HEADER: str(slots), FREE_HEADER: str(max(0, free)),
             headers.HELD: str(max(0, held))}
     if page_s is not None:
-        said[headers.PAGE_MS] = str(min(MAX_DEADLINE_MS, round(page_s * 1000)))
+        said[headers.PAGE_MS] = str(round(page_s * 1000))
     return said
 
 
