@@ -205,7 +205,7 @@ class ReplicaSet:
         self._balanced_at, self._fresh = now, False
         before = {url: replica.target for url, replica in self._replicas.items()}
         self._share, self._limit = self._take_share(now)
-        self._quota = self._share.document_quota()  # (dithered once per look, `dither`)
+        self._quota = self._share.document_quota()  # (drawn afresh with the share, `dither`)
         for url, replica in self._replicas.items():
             if replica.target != before.get(url):
                 self._place(replica, now)
