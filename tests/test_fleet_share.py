@@ -353,7 +353,6 @@ class SimulatedFleet:
             replicas.release(replica, Attempt(Outcome.OK, 200, {}, "",
                                               worker=answer[headers.WORKER],
                                               board=answer[headers.BOARD]))
-            replicas.fleet.page_back()  # (the scheduler's, as it times a document's page)
         self.clock.now += 2.0
 
 
@@ -399,146 +398,6 @@ def test_an_image_goes_out_when_its_processs_share_shrinks_under_its_documents_p
     assert a.acquire(urgent=True) is not None  # the image goes all the same
 
 
-@pytest.mark.parametrize("images", [0, 1])
-def test_gateways_woken_together_do_not_each_take_the_fleet_until_they_have_heard_each_other(
-        images):
-    """Documents sent at once wake two processes that each knew the other idle. Each would
-    take the whole fleet until its first pages came back (a page's time): twice the fleet
-    out, and no worker idle for an image. Just woken, each counts the other as busy as
-    itself until a second round of probes (`settle`) has heard who else woke. An image being
-    read when the documents come (`images`) does not hide the wake."""
-    clock = Clock()
-    fleet = SimulatedFleet(clock, 64)
-    a, b = fleet.gateway(demand=0), fleet.gateway(demand=0)
-    for replicas in (a, b, a):
-        replicas.probe_all()  # both idle, each on the other's board
-    for replicas in (a, b):
-        replicas.set_demand(0, images)
-
-    def limits() -> list[int]:
-        for replicas in (a, b):
-            replicas.look().documents
-        return [r.replicas()[0].slots for r in (a, b)]
-
-    room = sum(worker[0].board.workers()[0].value for worker in fleet.workers[:1]) * 64
-    clock.now += 1.0
-    for replicas, documents in ((a, 3), (b, 1)):
-        replicas.set_demand(documents, images)  # woken together
-        assert replicas.fleet.untold()  # news for every worker (what `tell` does next)
-        replicas.probe_all(every=True)
-    clock.now += 0.1
-    assert a.fleet.unsure() and b.fleet.unsure()
-    assert sum(limits()) <= room * 1.05 + 2
-    for replicas in (a, b):
-        HealthLoop(replicas).settle()  # what the health thread does every 0.5 s while unsure
-    clock.now += 1.5
-    assert not a.fleet.unsure() and not b.fleet.unsure()
-    assert [r.fleet.share().documents for r in (a, b)] == [4, 4]  # now by their documents
-    assert sum(limits()) <= room * 1.05 + 2
-
-
-def test_gateways_idle_long_enough_to_forget_each_other_still_wake_together_within_the_fleet():
-    """Idle, two processes' probes meet different workers, and their entries expire (5 s):
-    when documents come, neither has the other on its board. Each still counts the other
-    (heard from a minute ago at most) until it has heard who woke, and tells every worker
-    that it woke, so the other hears it. Then each takes its documents' share, but until the
-    first of the pages it sent as it woke comes back, not more than an equal part per
-    process: pages sent before the processes heard each other run a page time, and the one
-    with fewer documents may have sent that much."""
-    clock = Clock()
-    fleet = SimulatedFleet(clock, 64)
-    a, b = fleet.gateway(demand=0), fleet.gateway(demand=0)
-    for replicas in (a, b, a):
-        replicas.probe_all()
-    for replicas in (a, b):
-        replicas.look().documents  # each has seen the other
-    clock.now += 30.0  # idle: the entries have expired everywhere
-    assert not a.fleet.board.clients() or all(c.id == a.fleet.id for c in a.fleet.board.clients())
-    for replicas, documents in ((a, 3), (b, 1)):
-        replicas.set_demand(documents)
-        assert replicas.fleet.untold()  # woken by documents, with another process in memory
-        replicas.probe_all(every=True)  # what `tell` does then
-    for replicas in (a, b):
-        replicas.look().documents
-    shares = [r.fleet.share().fraction for r in (a, b)]
-    assert sum(shares) <= 1.0
-    for replicas in (a, b):
-        HealthLoop(replicas).settle()
-    clock.now += 1.5
-    # by their documents; but until a page of its first wave is back, no more than half
-    assert [r.fleet.share().fraction for r in (a, b)] == [pytest.approx(0.5),
-                                                           pytest.approx(0.25)]
-    a.fleet.page_back()
-    assert a.fleet.share().fraction == pytest.approx(0.75)
-
-
-def test_gateways_that_never_heard_each_other_wake_together_within_the_fleet():
-    """Four processes that started a few seconds apart each met the workers (their first
-    probe rounds) after the others' entries had expired: none has heard of another, but the
-    workers heard of all four. Documents sent at once (3, 1, 1 and 3) wake them together.
-    Each counts as many others as a worker heard of, each as busy as itself, until it hears
-    who woke: without the workers' count, a process that woke before the others told would
-    take the whole fleet, and one with a document out of four heard of would take a
-    quarter."""
-    clock = Clock()
-    fleet = SimulatedFleet(clock, 64)
-    gateways = [fleet.gateway(demand=0) for _ in range(4)]
-    for replicas in gateways:
-        replicas.probe_all(every=True)  # its first rounds meet the workers
-        clock.now += 6.0  # the next starts after this one's entries have expired
-    for replicas in gateways:
-        replicas.probe_all()  # an idle health round: a few workers, each a minute's memory
-        clock.now += 6.0
-    assert all(set(r.fleet.board.known_clients()) <= {r.fleet.id}
-               for r in gateways)  # none heard of another
-    assert [w[0].board.known_clients() for w in fleet.workers[:1]][0].keys() == {
-        r.fleet.id for r in gateways}
-
-    def limits() -> list[int]:
-        for replicas in gateways:
-            replicas.look().documents
-        return [r.replicas()[0].slots for r in gateways]
-
-    room = sum(worker[0].board.workers()[0].value for worker in fleet.workers[:1]) * 64
-    for replicas, documents in zip(gateways, (3, 1, 1, 3)):
-        replicas.set_demand(documents)
-        assert replicas.fleet.untold()  # news for every worker
-        replicas.probe_all(every=True)  # what `tell` does then: later ones hear earlier
-    assert all(r.fleet.unsure() for r in gateways)
-    assert [r.fleet.status()["gatewayProcessesLastMinute"] for r in gateways] == [4] * 4
-    assert sum(limits()) <= room * 1.05 + 4
-    for replicas in gateways:
-        HealthLoop(replicas).settle()
-    clock.now += 1.5
-    assert not any(r.fleet.unsure() for r in gateways)
-    assert [r.fleet.share().documents for r in gateways] == [8] * 4  # now by their documents
-    assert sum(limits()) <= room * 1.05 + 4
-
-
-@pytest.mark.parametrize("woke_too", [True, False])
-def test_in_its_first_wave_a_process_trusts_no_old_news_of_idleness_while_others_woke_too(
-        woke_too):
-    """Behind a balancer, past its unsure moment and before its first pages come back, a
-    process that has heard another wake with it (news said since it woke) counts the ones
-    last heard idle before it woke as busy as itself: their news may still be on the way.
-    Alone (nobody heard waking), it believes the old news and takes the fleet as before."""
-    clock = Clock()
-    board = Board(clock=clock)
-    for i in range(40):
-        board.say("w", f"w{i:03d}", 1, 1.0)
-    view = FleetView(board)
-    board.merge("c:bbbb:1:0:0,c:cccc:1:0:0")  # two other processes, idle
-    clock.now += 1.0
-    assert view.set_demand(2)  # woken
-    assert view.share().documents == 6  # unsure: each other one as busy as itself
-    clock.now += NEWS_S
-    if woke_too:
-        board.merge("c:bbbb:2:100:0")  # b woke too (news since); c: last heard idle, before
-    assert view.share().documents == (2 + 1 + 2 if woke_too else 2)
-    view.page_back()  # its first wave is over
-    assert view.share().documents == (3 if woke_too else 2)
-
-
 def test_a_gateway_that_goes_quiet_says_so_and_the_other_takes_the_fleet_at_once():
     """No page carries "I am done": without the probes of `tell`, the other gateway would keep
     a quarter of the fleet for 5 s (the entries' lifetime) and a lone PDF would crawl."""
@@ -546,7 +405,7 @@ def test_a_gateway_that_goes_quiet_says_so_and_the_other_takes_the_fleet_at_once
     fleet = SimulatedFleet(clock, 64)
     a, b = fleet.gateway(demand=3), fleet.gateway(demand=1)
     for replicas in (a, b):
-        HealthLoop(replicas).tell()  # woken (what the health thread does when set_demand says so)
+        HealthLoop(replicas).tell()  # busy (what the health thread does when set_demand says so)
         replicas.probe_all()
     for _ in range(3):
         fleet.step([a, b])
@@ -557,7 +416,7 @@ def test_a_gateway_that_goes_quiet_says_so_and_the_other_takes_the_fleet_at_once
     fleet.step([b])  # its next pages' answers bring that news (well within 5 s)
     b.look().documents
     assert b.replicas()[0].slots >= 60
-    assert b.fleet.set_demand(0, 0) and b.fleet.set_demand(2, 0)  # quiet, then woken: news
+    assert b.fleet.set_demand(0, 0) and b.fleet.set_demand(2, 0)  # quiet, then busy: news
     assert not b.fleet.set_demand(3, 1)  # busier: its pages carry that
 
 
@@ -590,39 +449,7 @@ def test_gateways_with_a_replica_list_fill_the_emptiest_workers_within_their_sha
             count += 1
         taken.append(count)
     assert list(held.values()) == [1] * 8  # none idle, none doubled
-    assert taken == [2, 2, 4]  # woken, each counts the others by the demand it heard
-
-
-def test_gateways_with_a_replica_list_woken_together_leave_the_images_workers_idle():
-    """Three processes that knew each other idle, woken together by documents sent at once,
-    no page timed yet. Each counts the others as busy as itself until it has heard them, and
-    keeps one worker in 16 idle for images (gateway.flow.reserve). Each taking the fleet as its
-    own, its pages would stop only at the workers' room (each holds its target, one page
-    here), after every worker held one: none left idle for an image for a page time."""
-    clock = Clock()
-    workers = {f"http://10.0.0.{i}:8101": [Presence(Pace(), lambda: False, clock), 0]
-               for i in range(32)}
-
-    def probe(url, request_headers):
-        presence, held = workers[url]
-        return True, {headers.CAPACITY: "32", headers.FREE: str(32 - held),
-                      **presence.answer_headers(request_headers)}
-
-    gateways = [ListedReplicas(urls=list(workers), probe=probe, clock=clock,
-                           fleet=FleetView(Board(clock=clock))) for _ in range(3)]
-    for replicas in gateways + gateways:
-        replicas.probe_all(every=True)  # idle: each meets the others through the workers
-    clock.now += 1.0
-    for replicas in gateways:
-        replicas.set_demand(1)
-        replicas.fleet.set_urgent(0.0, page_time_unknown=True)  # (the scheduler's)
-    assert all(replicas.fleet.unsure() for replicas in gateways)
-    for replicas in gateways:
-        replicas.probe_all(every=True)  # what `tell` does as it wakes: what each worker
-        while (replica := replicas.acquire()) is not None:  # holds now, as the others fill
-            workers[replica.url][1] += 1
-    assert max(held for _, held in workers.values()) == 1
-    assert sum(1 for _, held in workers.values() if held == 0) >= 2  # 32 / 16
+    assert taken == [2, 2, 4]  # each counts the others by the demand it heard
 
 
 def test_a_health_round_probes_the_replicas_not_known_ready_and_a_few_quiet_ones():
@@ -695,7 +522,6 @@ def test_behind_a_balancer_a_rise_in_demand_is_taken_once_the_others_may_have_he
     view = FleetView(board)
     view.set_demand(2)
     view.set_urgent(1.0)  # images keep a worker busy: 2 kept idle, 38 for the documents
-    view.page_back()  # (its first wave is over: `share` takes no more than half till then)
     clock.now += 2.0  # (and it is sure of the others: `unsure`)
     board.merge("c:bbbb:2:200:0")  # another process, 2 documents
     assert view.share().reserve == 2

@@ -19,9 +19,10 @@ from typing import Mapping
 from services.ocr_api import headers as h
 
 from .replica import Replica
-from .replicas import PROBE_ROUND, ReplicaSet
+from .replicas import ReplicaSet
 from .share import Share
 
+PROBE_ROUND = 4  # probes in the first round through the balancer
 MAX_PROBE_ROUND = 256
 
 

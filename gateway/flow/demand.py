@@ -103,6 +103,5 @@ class Demand:
             self._urgent.record(seconds, time.monotonic())
             return
         self._page_time.record(seconds if page_s is None else page_s)
-        self.replicas.fleet.page_back()
-        page_s = self._page_s  # (a lost update between send threads changes nothing much)
-        self._page_s = seconds if page_s is None else page_s + 0.1 * (seconds - page_s)
+        mean = self._page_s  # (a lost update between send threads changes nothing much)
+        self._page_s = seconds if mean is None else mean + 0.1 * (seconds - mean)

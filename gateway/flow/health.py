@@ -4,24 +4,22 @@ at once when this process goes quiet or wakes.
 Probes (and pages) carry this process's entry on the fleet board and bring back the workers'
 boards. When this process goes quiet, the other gateways would keep a share for it until its
 entries expire; when it wakes, what it knows of them is as old as its quiet spell. So both
-are told (and heard) by probes at once (`tell`), and after a wake a few more probes every
-TELL_GAP_S hear the processes that woke meanwhile (`settle`). Thread: one daemon per
+are told (and heard) by probes at once (`tell`), at most every TELL_GAP_S. Thread: one daemon per
 process; the clock and the probes are the replica set's, so `tell` and `settle` are tested
 without the thread."""
 
 from __future__ import annotations
 
 import logging
-import random
 import threading
 from typing import Callable
 
 from .replica import Replica
-from .replicas import PROBE_ROUND, ReplicaSet
+from .replicas import ReplicaSet
 
 log = logging.getLogger("gateway.flow.health")
 
-TELL_GAP_S = 0.5  # "this process went quiet / woke" is told by probes at most this often
+TELL_GAP_S = 0.5  # "this process went quiet / got busy" is told by probes at most this often
 
 
 class HealthLoop:
@@ -29,32 +27,18 @@ class HealthLoop:
         self.replicas = replicas
 
     def tell(self) -> None:
-        """This process went quiet or woke up, and other gateways are on the board: probe
+        """This process went quiet or got busy, and other gateways are on the board: probe
         every worker (behind a balancer, as many probes as workers are known). The other
         gateways hear at their next answers that its share is free or taken, and it hears
         what they hold now, not what they held when it last sent a page."""
         if self.replicas.fleet.untold():
             self.replicas.probe_all(every=True)
 
-    def settle(self) -> bool:
-        """Just woken, with other gateways heard from (FleetView.unsure): a few probes hear
-        those that woke meanwhile (documents sent at once wake several, and each tells every
-        worker as it wakes), so its share follows their news. Called every TELL_GAP_S after
-        `tell` while it returns True; once the process is sure again, its share is taken
-        afresh."""
-        unsure = self.replicas.fleet.unsure()
-        live = self.replicas.replicas() if unsure else []
-        start = random.randrange(len(live)) if live else 0
-        for index in range(PROBE_ROUND if live else 0):
-            self.replicas.probe_one(live[(start + index) % len(live)])
-        self.replicas.heard_news()
-        return unsure
-
     def start(self, refresh_s: float, health_s: float,
               after_probe: Callable[[list[Replica]], None] = lambda _: None) -> None:
         """Re-resolve (DNS) every `refresh_s` and probe every `health_s` in a daemon thread;
         `after_probe` sees the replica list after each round (for metrics). Woken between
-        rounds when this process goes quiet or wakes, to `tell`."""
+        rounds when this process goes quiet or gets busy, to `tell`."""
         replicas = self.replicas
         replicas.health_s = health_s
         interval = min(health_s, refresh_s) if replicas.resolves else health_s
@@ -75,8 +59,7 @@ class HealthLoop:
                     elif replicas.news.is_set():
                         replicas.news.clear()
                         self.tell()
-                        while not replicas.stopped.wait(TELL_GAP_S) and self.settle():
-                            pass
+                        replicas.stopped.wait(TELL_GAP_S)
                         continue
                 except Exception:
                     log.exception("health probe failed")

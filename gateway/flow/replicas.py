@@ -38,7 +38,6 @@ from .share import REBALANCE_S, FleetView, Share
 __all__ = ["LimitSettings", "NoReplicas", "Probe", "Replica", "ReplicaSet", "Room"]
 
 REBALANCE_IDLE_S = 1.0  # the share is taken afresh at least this often (board entries age out)
-PROBE_ROUND = 4  # probes in a round of a few: the first through a balancer, or after waking
 
 # probe(url, headers) -> (ready, the answer's headers)
 Probe = Callable[[str, Mapping[str, str]], "tuple[bool, Mapping[str, str]]"]
@@ -82,7 +81,7 @@ class ReplicaSet:
         self.clock = clock
         self.health_s = 0.0  # the health interval, once probing runs (gateway.flow.health)
         self.stopped = threading.Event()
-        self.news = threading.Event()  # this process went quiet or woke: tell the fleet
+        self.news = threading.Event()  # this process went quiet or got busy: tell the fleet
         self._lock = threading.Lock()
         self._replicas: dict[str, Replica] = {}
         self._room = {False: Ranked(), True: Ranked()}  # urgent? -> replicas with room

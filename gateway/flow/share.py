@@ -36,8 +36,8 @@ from .reserve import others_reserve, reserve_for
 MIN_SENDING = 0.25  # of the fleet's slots, left to documents with pages to send
 REBALANCE_S = 0.05  # news is taken into the share, and into the header sent, at most this often
 NEWS_S = 1.5  # what a gateway process says takes about this long to reach the others (through
-# the workers' answers): just woken, a process counts the idle others as busy as itself this
-# long; behind a balancer, a rise in its demand is taken this long after it said it
+# the workers' answers): behind a balancer, a rise in its demand is taken this long after it
+# said it
 
 
 @dataclass(frozen=True)
@@ -86,59 +86,26 @@ class FleetView:
         self._page_time_unknown = False
         self._told_quiet = True  # what the last `untold` news was (a new process is quiet)
         self._outgoing: tuple | None = None  # ((demand seq, busy), built at, header)
-        self._unsure_until = float("-inf")  # just woken: until then (`_demands`)
-        self._woke_at = float("-inf")  # when it last woke
-        self._first_wave = False  # woken, and no document page of its has come back since
-        self._documents_gone_at = float("-inf")  # when its last document was all sent
-        self._woke_untold = False  # woken since the last `untold`
-        self.balanced = True  # behind one balancer (gateway.flow.replicas says): a first wave
-        # is capped and a rise is taken late (`share`); with a list, each worker's room
-        # (its target, which it holds to) bounds what processes that have not heard send it
+        self.balanced = True  # behind one balancer (gateway.flow.replicas says): a rise is
+        # taken late (`_taken`); with a list, each worker's room (its target, which it holds
+        # to) bounds what processes that have not heard of it send it
 
     # ---- what this process says --------------------------------------------------------------
     def set_demand(self, documents: float, finishing: int = 0) -> bool:
         """How many documents this process has with pages to send (their weights' sum,
         gateway.flow.lead), and the pages in flight of its documents with none left to send (the
         scheduler's). True when this process has just gone quiet (nothing to send, nothing
-        out) or just woken: news no page carries soon enough (see `untold`). Woken means
-        documents to send after NEWS_S without any, whatever else is in flight: an
-        image being read when a PDF comes (a process that serves both is seldom quiet) must
-        not hide the wake, and documents that follow each other closely are no wake (each
-        would probe every worker). With a list too: each worker's room (its target, which it
-        holds to) bounds what the processes that woke together send it, but each taking the
-        fleet as its own, they would fill every worker before hearing each other, and leave
-        none idle for an image (gateway.flow.reserve) for a page time."""
+        out) or just got busy: news no page carries soon enough (see `untold`)."""
         now = self.board.clock()
         with self._lock:
             was_busy = bool(self._documents or self._finishing)
-            woke = (bool(documents) and not self._documents
-                    and now - self._documents_gone_at >= NEWS_S)
             if finishing != self._finishing:
                 self._finishing, self._finishing_seq = finishing, self._finishing_seq + 1
             if documents != self._documents:
-                if not documents:
-                    self._documents_gone_at = now
                 self._documents, self._seq = documents, self._seq + 1
                 self._said.append((now, documents))
                 self._forget_said(now - NEWS_S)
-            if woke:
-                self._unsure_until, self._woke_untold = now + NEWS_S, True
-                self._woke_at = now
-                self._first_wave = self.balanced
-            return woke or was_busy != bool(documents or finishing)
-
-    def page_back(self) -> None:
-        """A document page this process sent has come back (its first wave is over, `share`)."""
-        if self._first_wave:
-            with self._lock:
-                self._first_wave = False
-
-    def unsure(self) -> bool:
-        """Just woken, and other processes have been heard of: it may not have heard yet
-        that some of them woke too (`_demands`)."""
-        others = self._others()
-        with self._lock:
-            return self.board.clock() < self._unsure_until and bool(others)
+            return was_busy != bool(documents or finishing)
 
     def _others(self) -> list[str]:
         """The other processes heard of in the last REMEMBER_S: those this one remembers,
@@ -192,20 +159,19 @@ class FleetView:
             return self._documents, self._finishing
 
     def untold(self) -> bool:
-        """This process went quiet or woke since it last told so, and other gateway processes
-        are on the board. When it goes quiet, they keep a share for it until its last entries
-        expire (`client_ttl_s`), and a lone document elsewhere crawls; when it wakes, what it
-        knows of them is as old as its quiet spell. So both are told (and heard) by probes at
-        once (gateway.flow.replicas `tell`); a blink (quiet and busy again before the probes go)
-        is not news. Woken by documents, it tells also when the others' entries have expired
-        but it (or a worker) heard of them in the last REMEMBER_S: they may be waking too
-        (`_demands`)."""
+        """This process went quiet or got busy since it last told so, and other gateway
+        processes are on the board. When it goes quiet, they keep a share for it until its
+        last entries expire (`client_ttl_s`), and a lone document elsewhere crawls; when it
+        gets busy, what it knows of them is as old as its quiet spell. So both are told (and
+        heard) by probes at once (gateway.flow.health `tell`); a blink (quiet and busy again
+        before the probes go) is not news. Busy with documents behind a balancer, it tells
+        also when the others' entries have expired but it (or a worker) heard of them in the
+        last REMEMBER_S: they may be busy again too."""
         clients = self.board.clients()
         seen = self._others()
         with self._lock:
             quiet = not (self._documents or self._finishing)
-            woke, self._woke_untold = self._woke_untold, False
-            if quiet == self._told_quiet and not woke:
+            if quiet == self._told_quiet:
                 return False
             self._told_quiet = quiet
             if self._documents and seen and self.balanced:
@@ -260,12 +226,13 @@ class FleetView:
         `_reserved`): the documents share the slots less those workers' part, and the
         others keep their page queued (it hides the gap before their next)."""
         with self._lock:
-            mine, my_finishing, first_wave = self._documents or 1, self._finishing, self._first_wave
+            mine, my_finishing = self._documents or 1, self._finishing
             taken = self._taken() or 1
             my_rate = self._rate if self._documents else None
             my_urgent, page_time_unknown = self._urgent, self._page_time_unknown
         live = self.board.live()
-        demands = self._demands(live["c"], mine)
+        demands = {c.id: c.value for c in live["c"] if c.id != self.id}
+        demands[self.id] = mine
         finishing = {e.id: e.value for e in live["h"]}
         finishing[self.id] = my_finishing
         targets = {w.id: w.value for w in live["w"]}
@@ -287,8 +254,6 @@ class FleetView:
         part = mine * quota
         if reserve:  # pages are long (or not timed yet): a rise waits for the news (`_taken`)
             part = min(part, taken * free / (others + taken))
-        if first_wave:  # the first pages out run a page time: no more than one process's
-            part = min(part, free / sum(1 for i, d in demands.items() if d or i == self.id))
         fraction = min(1.0, (my_finishing + part) / total)
         return Share(fraction, slots or None, targets, len(demands), sum(demands.values()),
                      sum(finishing.values()), quota,
@@ -303,53 +268,17 @@ class FleetView:
         shrinks, gateway.flow.lead; a new document) would add to the shares the others still take
         by its old demand: the fleet's images would wait behind the pages over. The least it
         said since then (a dip and a rise within it: the others may have taken the dip's
-        room). Not while just woken (`unsure`: its documents come one by one as they are
-        split, and the others count it as busy as themselves meanwhile)."""
+        room)."""
         now = self.board.clock()
-        if not self.balanced or not self._documents or now < self._unsure_until:
+        if not self.balanced or not self._documents:
             return self._documents
-        self._forget_said(max(now - NEWS_S, self._unsure_until))
+        self._forget_said(now - NEWS_S)
         return min(documents for _, documents in self._said if documents)
 
     def _forget_said(self, since: float) -> None:
         """Under the lock: the demands said before `since`, but the one in force then."""
         while len(self._said) > 1 and self._said[1][0] <= since:
             self._said.popleft()
-
-    def _demands(self, clients: list, mine: float) -> dict[str, float]:
-        """Every process's documents with pages to send, as this one counts them. For
-        NEWS_S after it woke, each other process heard of in the last REMEMBER_S (by
-        this one, or by a worker: `_others`) and not heard with documents counts as having as
-        many as this one: its entries may be old news, may have expired (an idle process's
-        probes meet other workers than this one's, so idle processes often do not hear each
-        other), may say it was idle a moment before it woke too, or may never have reached
-        this one (processes that started together, then woke at once, have heard of few of
-        the others; the workers, which all of them probed, have). Documents sent at once wake
-        several processes within a second, and each would otherwise take the fleet as its
-        own until its first pages come back, over-filling the fleet and leaving no worker
-        idle for images. Those that woke together each take an equal part meanwhile, and as
-        each hears the others' news (they tell every worker as they wake, and it probes a few every
-        TELL_GAP_S, gateway.flow.replicas `settle`), their documents. After that, until its first
-        pages come back (behind a balancer), old news is no news while others woke too: a
-        process last heard idle before this one woke counts as busy as this one, once another
-        has been heard with documents since (news reaches a process in its first wave only
-        through its probes and images' answers, and in a large fleet some is still on the
-        way seconds later: taking the fleet by old news, a process would send more than its
-        part, and images would wait out the first pages). A lone
-        document's process hears nobody wake and takes the fleet as before."""
-        with self._lock:
-            unsure = self.board.clock() < self._unsure_until
-            woke_at = self._woke_at if self._first_wave else None
-        demands = {c.id: c.value for c in clients if c.id != self.id}
-        busy = self._others() if unsure or woke_at is not None else []
-        if not unsure and woke_at is not None:
-            news = {c.id for c in clients if c.heard >= woke_at and c.id != self.id}
-            busy = [o for o in busy if o not in news] if any(
-                demands[i] for i in news) else []
-        for other in busy:
-            demands[other] = demands.get(other) or mine
-        demands[self.id] = mine
-        return demands
 
     def status(self) -> dict:
         """This process's place in the fleet, for /fleet."""

@@ -22,10 +22,11 @@ so no clock is shared) and carried with its age (seconds since its owner last sa
   sent at since they came (gateway.flow.lead), so that a document that got ahead in one gateway gives
   the lead back to those in the others.
 - `n`, a worker's **gateway processes**: how many clients it has heard of in the last
-  REMEMBER_S. A gateway process that wakes (documents come after a quiet spell) has often
-  not heard of every other one yet (entries expire in seconds, and idle processes meet few
-  workers); the workers, which every process probes, have. gateway.flow.share counts the ones it
-  has not heard of as waking too, for the moment it takes to hear them.
+  REMEMBER_S. A gateway process that gets busy after a quiet spell has often not heard of
+  every other one yet (entries expire in seconds, and idle processes meet few workers); the
+  workers, which every process probes, have. A process counts them for /fleet, and to know
+  that telling the workers it is busy again has someone to reach (gateway.flow.share
+  `untold`).
 - `u`, a client's **urgent load**: how many workers its interactive pages keep busy on
   average, said while pages are long enough that waiting for one to end would make them late
   (0 otherwise). The fleet keeps that many workers idle for them, and a margin
@@ -217,7 +218,7 @@ def _format(entry: Entry, now: float) -> str:
     gateways and workers many times a second, an entry whose age was rounded to the nearest
     (and told by a header built a moment before it went) came back fresher than its owner
     said it each time, since a fresher copy wins; an old `c` entry of a process stayed
-    seconds younger than it was, as if said after another process woke (gateway.flow.share)."""
+    seconds younger than it was: news older than a fresher statement passed for it."""
     age = max(0, math.ceil((now - entry.heard) * 10 - 0.01))  # (a millisecond is none)
     return f"{entry.kind}:{entry.id}:{entry.seq}:{round(entry.value * 100)}:{age}"
 
