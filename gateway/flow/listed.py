@@ -24,7 +24,7 @@ import logging
 import random
 import socket
 import zlib
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from services.ocr_api import headers as h
 
@@ -48,9 +48,9 @@ class ListedReplicas(ReplicaSet):
     def _take_share(self, now: float) -> tuple[Share, int]:
         """Each replica's target from its workers' (they say it on the board), the fleet's
         slots their sum, and the replicas kept idle for urgent pages."""
-        known = self.fleet.share()
+        targets = {w.id: w.value for w in self.fleet.board.workers()}
         for replica in self._replicas.values():
-            replica.target = known.target_of(replica.workers, self.fleet.default_target)
+            replica.target = _target_of(replica.workers, targets, self.fleet.default_target)
         slots = sum(r.target for r in self._replicas.values() if r.eligible(now))
         share = self.fleet.share(replica_slots=slots or None)
         reserved, self._reserved = self._reserved, self._reserve(share.reserve, now)
@@ -154,6 +154,14 @@ class ListedReplicas(ReplicaSet):
         for replica in replicas:
             self.probe_one(replica)
         self._notify()
+
+
+def _target_of(worker_ids: Iterable[str], targets: Mapping[str, float],
+               default: float) -> float:
+    """The pages one replica URL holds: the targets of the worker processes heard behind it
+    (one, or OCR_INSTANCES_PER_DEVICE of them), the default when none is known."""
+    known = [targets[w] for w in worker_ids if w in targets]
+    return sum(known) if known else default
 
 
 def resolve_host(host: str, port: int) -> list[str]:

@@ -25,10 +25,10 @@ import secrets
 import threading
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Iterable
+from typing import Callable
 
 from services.ocr_api import headers
-from services.ocr_api.fleet_board import CLIENT_KINDS, REMEMBER_S, Board
+from services.ocr_api.fleet_board import CLIENT_KINDS, Board
 
 from .lead import fleet_rate
 from .reserve import others_reserve, reserve_for
@@ -54,12 +54,6 @@ class Share:
     quota: float = 2.0  # slots per document with pages to send
     rate: float | None = None  # chunks/s the fleet's documents were sent at (gateway.flow.lead)
     reserve: int = 0  # workers kept idle for urgent pages (gateway.flow.reserve)
-
-    def target_of(self, worker_ids: Iterable[str], default: float) -> float:
-        """The pages one replica URL holds: the targets of the worker processes heard behind
-        it (one, or OCR_INSTANCES_PER_DEVICE of them), the default when none is known."""
-        known = [self.targets[w] for w in worker_ids if w in self.targets]
-        return sum(known) if known else default
 
     def document_quota(self) -> int:
         """Chunks in flight one document with pages to send may have (at least one)."""
