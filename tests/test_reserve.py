@@ -9,7 +9,7 @@ import time
 import pytest
 
 from gateway.flow.share import FleetView
-from gateway.flow.reserve import MAX_SHARE, UrgentLoad, reserve_for
+from gateway.flow.reserve import MAX_SHARE, RECENT_PAGES, UrgentLoad, reserve_for
 from services.ocr_api.fleet_board import Board
 
 
@@ -36,6 +36,18 @@ def test_images_that_waited_behind_a_page_do_not_count_their_wait_as_load():
     for late in (10.2, 10.4, 10.6):
         load.record(3.5, late)  # ...and three that waited 3.2 s for a page to end
     assert load.load(10.6) == pytest.approx(13 * 0.3 / 10.0, rel=0.05)
+
+
+def test_the_urgent_load_takes_the_time_of_the_latest_images():
+    """The rate counts every answer in the window; the time is the median of the latest
+    RECENT_PAGES: images that became shorter count as short at once."""
+    load = UrgentLoad(window_s=10.0)
+    for tenth in range(60):  # 60 images of 1 s, then RECENT_PAGES of 0.2 s, in 9 s
+        load.record(1.0, 1.0 + tenth * 0.1)
+    for tenth in range(RECENT_PAGES):
+        load.record(0.2, 7.0 + tenth * 0.05)
+    answers = 60 + RECENT_PAGES
+    assert load.load(10.0) == pytest.approx(answers * 0.2 / 10.0, rel=0.05)
 
 
 def test_a_new_load_is_measured_over_the_time_since_its_first_page_not_the_whole_window():

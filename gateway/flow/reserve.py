@@ -26,6 +26,7 @@ from a lock: the caller gives the time."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 import threading
@@ -36,7 +37,7 @@ from collections import deque
 # another; after the last, to whichever worker comes (gateway.scheduler)
 START_WITHIN_S = (0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0, 2.8)
 LONG_PAGE_S = START_WITHIN_S[-1]  # pages longer (PageTime): workers kept idle for urgent pages
-RECENT_PAGES = 32  # pages whose workers' times say whether pages are long (PageTime)
+RECENT_PAGES = 32  # the latest pages whose times count (PageTime; UrgentLoad for images)
 MAX_SHARE = 1 / 16  # of the workers, at most: a small fleet keeps its throughput
 WINDOW_S = 10.0
 
@@ -57,17 +58,20 @@ class UrgentLoad:
 
     def load(self, now: float) -> float:
         """Workers busy with urgent pages, on average over the window (or since the first
-        answer in it, when that is more recent): their rate times their median time; 0 with
-        none. The median, not the mean: an image that waited behind a page at a busy worker
-        (the fleet full, at a wave) kept no worker of the reserve busy, and counted in, a
-        few such would double the reserve for a whole window."""
+        answer in it, when that is more recent): their rate times the median time of the
+        last RECENT_PAGES of them; 0 with none. The median, not the mean: an image that
+        waited behind a page at a busy worker (the fleet full, at a wave) kept no worker of
+        the reserve busy, and counted in, a few such would double the reserve for a whole
+        window. Of the last few only: the scheduler asks before each wait, and a median of
+        a window's every answer would cost a gateway in proportion to its rate."""
         with self._lock:
             while self._done and self._done[0][0] <= now - self.window_s:
                 self._done.popleft()
             if not self._done or self._since is None:
                 return 0.0
             span = min(self.window_s, now - self._since)
-            own = statistics.median(seconds for _, seconds in self._done)
+            recent = itertools.islice(reversed(self._done), RECENT_PAGES)
+            own = statistics.median(seconds for _, seconds in recent)
             return len(self._done) * own / max(span, 1e-3)
 
 
