@@ -75,8 +75,8 @@ class ReplicaClient:
                    h.DEADLINE_MS: str(max(1, int(remaining * 1000))),
                    h.PRIORITY: "high" if first else "normal", **self.settings.headers,
                    **self.fleet.outgoing(), **tracing.outgoing()}  # traceparent: this attempt
-        if not first and not self.settings.balanced:  # see services/ocr_worker/service.py
-            headers[h.WITHIN_TARGET] = "1"  # `_admit`: several placing processes, stale views
+        if not first and not self.settings.balanced:  # services/ocr_worker/refusal.py: several
+            headers[h.WITHIN_TARGET] = "1"  # placing processes, each with a stale view
         if start_within_s is not None:
             headers[h.START_WITHIN_MS] = str(max(1, int(start_within_s * 1000)))
             if self.settings.balanced:

@@ -105,7 +105,7 @@ def test_with_a_list_a_worker_that_said_it_holds_its_target_gets_no_document_pag
     each process only now and then: one that just said it holds its target's pages (another
     process filled it) gets no document page from this one for FULL_FOR_S, an image still.
     Then it is tried again: it may have emptied meanwhile, and a refusal would say if not
-    (services/ocr_worker/service.py `_admit`)."""
+    (services/ocr_worker/refusal.py `Refusals.admit`)."""
     clock = Clock()
     replicas = replica_set(["http://a", "http://b"], clock=clock,
                            fleet=FleetView(default_target=2.0))

@@ -10,8 +10,8 @@ known.
 What a worker said is a while old, and several placing processes act on it at once: all
 would see the same worker as the emptiest and queue a page each there while others idle. So
 each document page asks the worker to refuse it beyond its target (`X-Ocr-Within-Target`,
-services/ocr_worker/service.py `_admit`): the refusal says when its page under way ends, and
-until then this process sends it no document page (`_full_until`).
+services/ocr_worker/refusal.py): the refusal says when its page under way ends, and until
+then this process sends it no document page (`_full_until`).
 
 An urgent page (an image) goes to an idle worker kept for urgent pages (`_reserve`: the same
 ones in every process, while the fleet keeps some, gateway.flow.reserve), else to one idle,

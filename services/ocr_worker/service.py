@@ -5,26 +5,23 @@ engine, the batcher and admission control of this process. No Flask here."""
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections import deque
 from concurrent.futures import Future, TimeoutError as FutureTimeout
-from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Mapping
 
 from services.ocr_api import envelope, tracing
-from services.ocr_api.errors import ApiError, bad_request, unprocessable
-from services.ocr_api.fleet_board import slots_of
-from services.ocr_api.headers import PRIORITY, STARTS_IN_MS, START_WITHIN_MS
+from services.ocr_api.errors import ApiError, unprocessable
 from services.ocr_api.request import OcrRequest, parse_ocr_request
 from services.ocr_api.url_input import make_url_fetcher
 
 from . import metrics, recycle
-from .admission import Admission, AtTarget, MemoryBudget, Reservation
+from .admission import Admission, MemoryBudget, Reservation
 from .batcher import DeadlineExceeded, EngineNotReady, InferenceBatcher, StartsLater
 from .capacity import Pace, Presence, capacity_json
 from .config import WorkerConfig
+from .refusal import Refusals
 from .decode import DecodeLimits, Document, TextLayerPage, open_document
 from .encode import TextLayerOutput, data_info, encode_page
 from .engine import Engine, create_engine
@@ -51,6 +48,7 @@ class OcrService:
             self.engine, queue_pages=config.page_buffer, max_batch=config.max_batch,
             batch_wait_s=config.batch_wait_ms / 1000.0, warmup=config.warmup,
             observe=self._observe_batcher, after_batch=self.keeper.after_batch)
+        self.refuse = Refusals(self.admission, self.batcher, self.pace, config.retry_after_s)
         self.limits = DecodeLimits(max_pages=config.max_pages, max_pixels=config.max_pixels,
                                    pdf_dpi=config.pdf_dpi,
                                    scan_dpi_max=config.pdf_scan_dpi_max)
@@ -219,7 +217,7 @@ class OcrService:
             return self.batcher.submit(image, params, deadline, first=first,
                                        start_within_s=start_within_s)
         except StartsLater as exc:
-            raise self._late_error(exc, start_within_ms) from None
+            raise self.refuse.late(exc, start_within_ms) from None
         except EngineNotReady as exc:
             raise ApiError(503, str(exc), {"Retry-After": str(self.config.retry_after_s)})
         except DeadlineExceeded:
@@ -258,18 +256,18 @@ class OcrService:
         sooner of OCR_REQUEST_TIMEOUT_S and the caller's X-Deadline-Ms, from arrival;
         `start_within_ms`: refused at once unless its pages would start that soon;
         `within_target`: refused at once when this worker already holds its target's pages
-        (`_admit`)."""
+        (services/ocr_worker/refusal.py)."""
         arrived = time.monotonic()
         timeout_s = self.config.request_timeout_s
         if deadline_ms is not None:
             timeout_s = min(timeout_s, deadline_ms / 1000.0)
         deadline = arrived + timeout_s
-        self._refuse_unless_ready()
+        self.refuse.unless_ready()
         self._check_deadline(deadline, 1)
         if start_within_ms is not None:
-            self._refuse_if_late(start_within_ms, first)
+            self.refuse.if_late(start_within_ms, first)
         body_cost = 2 * (content_length or 0)  # the body, then the file decoded from it
-        with self._admit(within_target, first), \
+        with self.refuse.admit(within_target, first), \
                 self.memory.reserve(body_cost) as reservation:
             metrics.INFLIGHT.inc()
             try:
@@ -285,64 +283,6 @@ class OcrService:
                                                      first, start_within_ms))
             finally:
                 metrics.INFLIGHT.dec()
-
-    @contextmanager
-    def _admit(self, within_target: bool, first: bool) -> Iterator[None]:
-        """One admission slot; `within_target`: only while this worker holds fewer requests
-        than its target's whole pages (Pace), else the 503 a late page gets (the caller sends
-        it to another worker at once). Gateways that each place pages by what a worker last
-        told them (a list of replicas) would otherwise queue several at a worker that
-        looked emptiest to all of them, pages that wait there for page times while others
-        idle. A `first` request (an image) is not held (services/ocr_worker/admission.py)."""
-        at_most = slots_of(self.pace.target()) if within_target and not first else None
-        try:
-            with self.admission.admit(at_most, first):
-                yield
-        except AtTarget as full:
-            waits_ms = self._starts_in_ms(self.batcher.first_wait_s())
-            raise self._refusal(f"This worker holds the {full.at_most} page(s) that keep it "
-                                "busy: send the page to another replica", waits_ms) from None
-
-    def _refuse_unless_ready(self) -> None:
-        if self.batcher.load_error:  # broken, not busy: 500, so callers stop sending here
-            raise ApiError(500, self.batcher.load_error)
-        if not self.batcher.ready.is_set():
-            raise ApiError(503, "The model is still loading: retry shortly",
-                           {"Retry-After": str(self.config.retry_after_s)})
-
-    def _refuse_if_late(self, start_within_ms: int, first: bool) -> None:
-        """503 (with the estimate) when the request's page would not start that soon, before
-        its body is read: the caller tries another worker rather than wait out a long page
-        here. (Told again, and held to, as the page is queued: `_submit`.) Only a page read
-        before the queued ones (X-Ocr-Priority: high) has a start this worker can tell."""
-        if not first:
-            raise bad_request(f"{START_WITHIN_MS} goes with {PRIORITY}: high")
-        try:
-            self.batcher.check_start(start_within_ms / 1000.0)
-        except StartsLater as exc:
-            raise self._late_error(exc, start_within_ms) from None
-
-    def _late_error(self, late: StartsLater, start_within_ms: int) -> ApiError:
-        waits_ms = self._starts_in_ms(late.wait_s)
-        if math.isfinite(late.wait_s):
-            why = (f"would start the page in about {waits_ms} ms, later than "
-                   f"{START_WITHIN_MS} asks ({start_within_ms} ms)")
-        else:
-            why = "has a page under way and, having timed none yet, cannot tell when it ends"
-        return self._refusal(f"This worker {why}: send the page to another replica", waits_ms)
-
-    def _starts_in_ms(self, wait_s: float) -> int:
-        """X-Ocr-Starts-In-Ms for a wait: with no telling yet (no engine call timed), how long
-        the page under way has run (as long again is the even guess)."""
-        if not math.isfinite(wait_s):
-            wait_s = self.batcher.progress().since_progress_s
-        return max(1, int(wait_s * 1000))
-
-    def _refusal(self, message: str, waits_ms: int) -> ApiError:
-        """The 503 that sends a page to another worker at once (the caller's Outcome.LATER):
-        with when this worker would have started it."""
-        return ApiError(503, message, {"Retry-After": str(self.config.retry_after_s),
-                                       STARTS_IN_MS: str(waits_ms)})
 
     def shutdown(self, timeout: float | None = None) -> None:
         self.admission.draining = True
