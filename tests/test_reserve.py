@@ -9,7 +9,8 @@ import time
 import pytest
 
 from gateway.flow.share import FleetView
-from gateway.flow.reserve import MAX_SHARE, RECENT_PAGES, UrgentLoad, reserve_for
+from gateway.flow.reserve import (LONG_PAGE_S, MAX_SHARE, RECENT_PAGES, PageTime, UrgentLoad,
+                                  reserve_for)
 from services.ocr_api.fleet_board import Board
 
 
@@ -146,9 +147,24 @@ def test_pages_are_long_by_what_the_workers_say_not_by_the_attempts():
         demand.page_timed(0.5, urgent=True)
     for attempt_s in (3.5, 3.8, 2.0, 3.9, 3.6, 3.7, 3.9, 3.4):
         demand.page_timed(attempt_s, page_s=2.0)
-    demand.reweigh(now)
+    known = time.monotonic() + LONG_PAGE_S  # (PageTime: below)
+    demand.reweigh(known)
     assert replicas.fleet.status()["urgentLoad"] == 0
     for attempt_s in (1.1, 6.0, 9.0, 4.5, 1.4, 7.2, 3.0, 5.1) * 4:
         demand.page_timed(attempt_s, page_s=4.0)
-    demand.reweigh(now)
+    demand.reweigh(known)
     assert replicas.fleet.status()["urgentLoad"] > 0
+
+
+def test_the_first_pages_back_do_not_say_how_long_pages_take():
+    """Pages sent together come back shortest first: until LONG_PAGE_S after the first came
+    back, the long ones may still be under way, and the reserve stays."""
+    times = PageTime()
+    assert not times.known(100.0)
+    times.record(1.1, now=101.0)  # the shortest of a wave of 4 s ± 75 % pages
+    times.record(1.3, now=101.2)
+    assert not times.known(101.2) and not times.long()  # (short so far; not to be trusted)
+    assert not times.known(101.0 + LONG_PAGE_S * 0.9)
+    for second in (2.9, 3.4, 4.0, 4.4, 4.9, 5.5):  # the rest come back by then
+        times.record(second, now=101.1 + LONG_PAGE_S)
+    assert times.known(101.1 + LONG_PAGE_S) and times.long()

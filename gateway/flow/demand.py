@@ -84,10 +84,10 @@ class Demand:
 
     def _say_urgent(self, now: float, documents: bool) -> None:
         """Under the lock: the workers this process's urgent pages keep busy, said while pages
-        are long (or may be: none timed yet), and whether it has
-        `documents` with pages to send and no page timed yet (gateway.flow.reserve); without
-        documents and a page timed, as the processes with documents say (FleetView)."""
-        unknown = not self._page_time.known()
+        are long (or may be: how long is not known yet, gateway.flow.reserve `PageTime`), and
+        whether it has `documents` with pages to send while that is not known; without
+        documents and with it known, as the processes with documents say (FleetView)."""
+        unknown = not self._page_time.known(now)
         self.replicas.fleet.set_urgent(
             self._urgent.load(now) if unknown or self._page_time.long() else 0.0,
             page_time_unknown=documents and unknown,
@@ -102,6 +102,6 @@ class Demand:
         if urgent:
             self._urgent.record(seconds, time.monotonic())
             return
-        self._page_time.record(seconds if page_s is None else page_s)
+        self._page_time.record(seconds if page_s is None else page_s, time.monotonic())
         mean = self._page_s  # (a lost update between send threads changes nothing much)
         self._page_s = seconds if mean is None else mean + 0.1 * (seconds - mean)

@@ -11,9 +11,9 @@ its urgent pages keep busy on average (UrgentLoad: their rate over the last WIND
 their median time, Little's law) and says it on the board (`u`, while its pages are long);
 every process keeps `reserve_for(the fleet's sum)` workers out of its documents' share
 (gateway.flow.share): the load and a standard deviation of it (arrivals at random), at most one
-worker in 16. Until
-it has timed a page, a process with documents keeps the most (and says its urgent load):
-documents sent at once would otherwise fill every worker for the first page time. The
+worker in 16. Until it knows how long pages take (PageTime), a process with documents keeps the
+most (and says its urgent load): documents sent at once would otherwise fill every worker for
+the first page time. The
 documents lose what the images leave of it unused, and the pages a worker holds beyond the one
 under way (its target's headroom, which hides the gap before its next page); what that
 cost and gave, measured, is in docs/design.md ("What the flow-control figures showed").
@@ -82,20 +82,29 @@ class PageTime:
     behind another, up to twice their time (their median would call 2 s pages long), and the
     shortest of them is no guide where page times vary (around 4 s ± 75 %, the shortest of 32
     is about a second, and the workers would never be kept idle where it matters most). An
-    attempt's time stands in where its worker said nothing (it had read no page before)."""
+    attempt's time stands in where its worker said nothing (it had read no page before).
+
+    Known only LONG_PAGE_S after the first page was timed: pages sent together come back
+    shortest first, so the first to come back say pages are short while the long ones are
+    still under way (at 128 replicas of 4 s ± 75 % pages, for about two seconds, in which no
+    worker was kept idle for images and they waited behind pages). By then, any page still
+    under way is long."""
 
     def __init__(self, recent: int = RECENT_PAGES):
         self._lock = threading.Lock()
         self._times: deque[float] = deque(maxlen=recent)
+        self._first: float | None = None  # when the first page was timed
 
-    def record(self, seconds: float) -> None:
+    def record(self, seconds: float, now: float) -> None:
         with self._lock:
+            if self._first is None:
+                self._first = now
             self._times.append(seconds)
 
-    def known(self) -> bool:
-        """Some page has been timed."""
+    def known(self, now: float) -> bool:
+        """Pages have been timed for LONG_PAGE_S."""
         with self._lock:
-            return bool(self._times)
+            return self._first is not None and now - self._first >= LONG_PAGE_S
 
     def long(self) -> bool:
         """Pages are longer than LONG_PAGE_S (False before any is timed)."""
