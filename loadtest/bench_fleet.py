@@ -39,8 +39,9 @@ def parse_shapes(text: str) -> list[tuple]:
 
 
 FleetSettings = report.settings("FleetSettings", {
-    "shapes": (parse_shapes("nginx:16:2,nginx:64:1,nginx:64:2,nginx:64:4,nginx:128:2,list:16:2,"
-                            "list:64:2,list:128:4,dns:64:2"), "BENCH_FLEET_SHAPES", parse_shapes),
+    "shapes": (parse_shapes("nginx:16:1,nginx:16:2,list:16:2,list:16:4,nginx:64:1,nginx:64:2,"
+                            "nginx:64:4,list:64:2,nginx:128:2,nginx:128:4,list:128:1,list:128:4,"
+                            "dns:64:2,dns:128:4"), "BENCH_FLEET_SHAPES", parse_shapes),
     "capacity": (32.0, "BENCH_FLEET_CAPACITY"), "docs": (8, "BENCH_FLEET_DOCS"),
     "pages": (120, "BENCH_FLEET_PAGES"), "image_every_s": (0.25, None),
     "growth": (True, "BENCH_FLEET_GROWTH", lambda v: v != "0" and not report.quick()),
