@@ -9,6 +9,7 @@ import base64
 import bisect
 import io
 import json
+import math
 import statistics
 import sys
 import threading
@@ -71,7 +72,9 @@ class PageCounter(list):
         between two samples is a wave more or less by where they fall, up to a sixth off over
         six waves; with the ramp a page time, the mean over its phases is within 2 %."""
         times = [t for t, _ in self]
-        if end - start <= 2 * ramp or not times or times[0] > start:
+        if times and times[0] > start:  # the first count came late (a busy machine, several
+            start += math.ceil((times[0] - start) / ramp) * ramp  # gateways): whole ramps on
+        if end - start <= 2 * ramp or not times:
             return None
 
         def count(at: float) -> float:

@@ -138,6 +138,8 @@ def test_the_fleet_benchmark_reads_pages_in_waves_at_their_rate_whatever_the_pha
     end = 28.05 - phase  # just after the wave at 28 - phase
     assert counter.rate(end - 20, end, 4.0) == pytest.approx(32.0, rel=0.01)
     assert counter.rate(end - 8, end, 4.0) is None  # two page times: no steady window
+    late = PageCounter(list(counter)[20:])  # its first count 5 s in: the window starts a
+    assert late.rate(end - 24, end, 4.0) == pytest.approx(32.0, rel=0.01)  # page time later
 
 
 def test_growth():
