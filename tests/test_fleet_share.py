@@ -14,7 +14,7 @@ from gateway.outcome import Attempt
 from gateway.flow.share import NEWS_S, REBALANCE_S, FleetView, dither
 from gateway.outcome import Outcome
 from gateway.flow import BalancedReplicas, HealthLoop, ListedReplicas, ReplicaSet
-from gateway.flow.listed import PROBES_PER_ROUND
+from gateway.flow.replicas import PROBES_PER_ROUND
 from services.ocr_api import headers
 from services.ocr_api.fleet_board import MAX_SENT_CHARS, Board, slots_of
 from services.ocr_worker.capacity import Pace, Presence
@@ -309,6 +309,7 @@ class SimulatedFleet:
 
     def __init__(self, clock: Clock, workers: int):
         self.clock = clock
+        self.draw = random.Random(7)
         self.workers: list[list] = []  # [presence, pages held]
         self.add(workers)
 
@@ -322,8 +323,10 @@ class SimulatedFleet:
                                           clock=self.clock), 0])
 
     def route(self, request_headers) -> tuple[list, dict]:
-        """nginx least_conn: the fewest pages, ties in turn."""
-        self.turn = getattr(self, "turn", -1) + 1
+        """nginx least_conn: the fewest pages, ties in turn from a place drawn at random
+        (seeded): nginx's round-robin among equals starts wherever its last request left it,
+        and no two gateways' requests line up with each other's."""
+        self.turn = self.draw.randrange(len(self.workers))
         count = len(self.workers)
         index = min(range(count), key=lambda i: (self.workers[i][1], (i - self.turn) % count))
         worker = self.workers[index]
@@ -400,7 +403,8 @@ def test_an_image_goes_out_when_its_processs_share_shrinks_under_its_documents_p
 
 def test_a_gateway_that_goes_quiet_says_so_and_the_other_takes_the_fleet_at_once():
     """No page carries "I am done": without the probes of `tell`, the other gateway would keep
-    a quarter of the fleet for 5 s (the entries' lifetime) and a lone PDF would crawl."""
+    a quarter of the fleet for 5 s (the entries' lifetime) and a lone PDF would crawl. The
+    probes reach PROBES_PER_ROUND of the 64 workers, who pass the news on."""
     clock = Clock()
     fleet = SimulatedFleet(clock, 64)
     a, b = fleet.gateway(demand=3), fleet.gateway(demand=1)
@@ -413,7 +417,8 @@ def test_a_gateway_that_goes_quiet_says_so_and_the_other_takes_the_fleet_at_once
     assert a.fleet.set_demand(0, 0)  # its documents are done: news for the other gateway
     HealthLoop(a).tell()
     assert not a.fleet.untold()  # told once: no second round of probes for the same news
-    fleet.step([b])  # its next pages' answers bring that news (well within 5 s)
+    fleet.step([b])  # its next pages' answers bring that news from the PROBES_PER_ROUND
+    # workers told (well within 5 s, the entries' life)
     b.look().documents
     assert b.replicas()[0].slots >= 60
     assert b.fleet.set_demand(0, 0) and b.fleet.set_demand(2, 0)  # quiet, then busy: news
@@ -478,6 +483,33 @@ def test_a_health_round_probes_the_replicas_not_known_ready_and_a_few_quiet_ones
         assert len(probed) == PROBES_PER_ROUND + 1
         seen.update(probed)
     assert seen == set(urls)  # the longest unheard first: all in turn
+
+
+def test_telling_the_fleet_probes_a_few_workers_whatever_its_size():
+    """A process that goes quiet or gets busy tells PROBES_PER_ROUND workers (the longest
+    unheard first), not every one: one serving only images does so with each image, and at
+    128 replicas probing them all was most of its time."""
+    clock = Clock()
+    probed: list[str] = []
+
+    def probe(url, request_headers):
+        probed.append(url)
+        return True, {headers.CAPACITY: "4", headers.FREE: "4"}
+
+    urls = [f"http://w{i}" for i in range(128)]
+    replicas = ListedReplicas(urls=urls, probe=probe, clock=clock,
+                              fleet=FleetView(Board(clock=clock)))
+    replicas.probe_all()
+    replicas.fleet.board.merge("c:other:1:1:0")  # another gateway process is on the board
+    told = []
+    for documents in (1, 0, 1):  # busy, quiet, busy again
+        probed.clear()
+        clock.now += 1.0
+        replicas.fleet.set_demand(documents)
+        HealthLoop(replicas).tell()
+        assert len(probed) == PROBES_PER_ROUND
+        told += probed
+    assert len(set(told)) == 3 * PROBES_PER_ROUND  # the longest unheard first: others each time
 
 
 def test_among_equally_loaded_workers_an_empty_one_heard_last_and_a_busy_one_heard_first_win():

@@ -19,7 +19,7 @@ from typing import Mapping
 from services.ocr_api import headers as h
 
 from .replica import Replica
-from .replicas import ReplicaSet
+from .replicas import PROBES_PER_ROUND, ReplicaSet
 from .share import Share
 
 PROBE_ROUND = 4  # probes in the first round through the balancer
@@ -68,9 +68,10 @@ class BalancedReplicas(ReplicaSet):
     def probe_all(self, every: bool = False) -> None:
         """Rounds of probes through the balancer that meet the workers behind it (each brings
         a worker's entry back), while they meet new ones. `every`: at least as many probes
-        as workers are known (to tell them all this process's news)."""
+        as workers are known, up to PROBES_PER_ROUND (to tell this process's news; the
+        workers pass it on to the other gateways with their answers)."""
         url = next(iter(self._replicas), None)
-        at_least = len(self.fleet.board.workers()) if every else 0
+        at_least = min(len(self.fleet.board.workers()), PROBES_PER_ROUND) if every else 0
         while url is not None and not self.stopped.is_set():
             known = {w.id for w in self.fleet.board.workers()}
             met = self._probe_round(url, max(at_least, self._round_size(len(known))))

@@ -5,7 +5,7 @@ Probes (and pages) carry this process's entry on the fleet board and bring back 
 boards. When this process goes quiet, the other gateways would keep a share for it until its
 entries expire; when it wakes, what it knows of them is as old as its quiet spell. So both
 are told (and heard) by probes at once (`tell`), at most every TELL_GAP_S. Thread: one daemon per
-process; the clock and the probes are the replica set's, so `tell` and `settle` are tested
+process; the clock and the probes are the replica set's, so `tell` is tested
 without the thread."""
 
 from __future__ import annotations
@@ -28,9 +28,12 @@ class HealthLoop:
 
     def tell(self) -> None:
         """This process went quiet or got busy, and other gateways are on the board: probe
-        every worker (behind a balancer, as many probes as workers are known). The other
-        gateways hear at their next answers that its share is free or taken, and it hears
-        what they hold now, not what they held when it last sent a page."""
+        PROBES_PER_ROUND workers (the longest unheard; behind a balancer, as many probes).
+        The other gateways hear at their next answers from those workers that its share is
+        free or taken, and it hears what they hold now, not what they held when it last sent
+        a page. Not every worker: a process serving only images goes busy and quiet with
+        each, and probing the whole fleet each time would cost it in proportion to the
+        fleet's size."""
         if self.replicas.fleet.untold():
             self.replicas.probe_all(every=True)
 

@@ -29,13 +29,12 @@ from typing import Callable, Iterable, Mapping
 from services.ocr_api import headers as h
 
 from .replica import Replica
-from .replicas import ReplicaSet
+from .replicas import PROBES_PER_ROUND, ReplicaSet
 from .share import Share
 
 log = logging.getLogger("gateway.flow.listed")
 
 FULL_FOR_S = 1.0  # a worker that said it holds its target, without when (`_full_until`)
-PROBES_PER_ROUND = 16  # ready replicas a health round probes at most (the longest unheard)
 
 
 class ListedReplicas(ReplicaSet):
@@ -135,21 +134,20 @@ class ListedReplicas(ReplicaSet):
         log.warning("replica ejected", extra={"replica": replica.url, "seconds": self.eject_s})
 
     def probe_all(self, every: bool = False) -> None:
-        """Readiness of the replicas, each probe carrying this process's board entry. `every`:
-        all of them (to tell them this process's news). Otherwise every replica not known
-        ready, and of the ready ones not heard from in three health intervals (an answer
-        says it is alive and its room) the PROBES_PER_ROUND heard from longest ago: probing
-        them all would cost a gateway in proportion to the fleet. In a random order: among
-        idle workers a page goes to the one heard from last, and processes that probed in
-        the same order would all send their first pages to the same workers."""
+        """Readiness of the replicas, each probe carrying this process's board entry: every
+        replica not known ready, and of the ready ones not heard from in three health
+        intervals (an answer says it is alive and its room) the PROBES_PER_ROUND heard from
+        longest ago. `every`: of all the ready ones, heard from lately or not (to tell this
+        process's news; the workers pass it on to the other gateways with their answers).
+        In a random order: among idle workers a page goes to the one heard from last, and
+        processes that probed in the same order would all send their first pages to the
+        same workers."""
         now = self.clock()
         replicas = self.replicas()
-        if not every:
-            unsure = [r for r in replicas if not r.ready]
-            quiet = sorted((r for r in replicas
-                            if r.ready and now - r.heard_at >= 3 * self.health_s),
-                           key=lambda r: r.heard_at)
-            replicas = unsure + quiet[:PROBES_PER_ROUND]
+        ready = sorted((r for r in replicas
+                        if r.ready and (every or now - r.heard_at >= 3 * self.health_s)),
+                       key=lambda r: r.heard_at)
+        replicas = [r for r in replicas if not r.ready] + ready[:PROBES_PER_ROUND]
         random.shuffle(replicas)
         for replica in replicas:
             self.probe_one(replica)

@@ -42,6 +42,10 @@ REBALANCE_IDLE_S = 1.0  # the share is taken afresh at least this often (board e
 # probe(url, headers) -> (ready, the answer's headers)
 Probe = Callable[[str, Mapping[str, str]], "tuple[bool, Mapping[str, str]]"]
 
+# ready replicas a health round or a tell probes at most: probing them all would cost a
+# gateway in proportion to the fleet (gateway.flow.listed, gateway.flow.balanced)
+PROBES_PER_ROUND = 16
+
 
 @dataclass(frozen=True)
 class Room:
