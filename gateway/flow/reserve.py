@@ -13,10 +13,10 @@ every process keeps `reserve_for(the fleet's sum)` workers out of its documents'
 (gateway.flow.share): the load and a standard deviation of it (arrivals at random), at most one
 worker in 16. Until it knows how long pages take (PageTime), a process with documents keeps the
 most (and says its urgent load): documents sent at once would otherwise fill every worker for
-the first page time. The
-documents lose what the images leave of it unused, and the pages a worker holds beyond the one
-under way (its target's headroom, which hides the gap before its next page); what that
-cost and gave, measured, is in docs/design.md ("What the flow-control figures showed").
+the first page time. The documents lose what the images leave of it unused, and the pages a
+worker holds beyond the one under way (its target's headroom, which hides the gap before its
+next page); what that cost and gave, measured, is in docs/design.md ("What the flow-control
+figures showed").
 
 Behind a balancer, nginx sends each page to the emptiest worker, so the documents share the
 workers less the reserve and no worker holds a page queued. With a list, every process keeps
