@@ -15,8 +15,9 @@ nothing more; a cancelled one (the client went away) drops its queued chunks.
 
 Threads: one scheduler thread per gateway process picks the next chunk (`_run`), cuts it from
 its document (lazily, gateway.split) and hands it to the executor, whose threads send it
-(`_send`) and book the answer (`Settler.settle`). Request threads only read answers in page
-order (`Document.in_order`) and cancel. The send threads' attempt spans go under the span the
+(`_send`) and book the answer (`Settler.settle`). Request threads read answers in page order
+(`Document.in_order`) and cancel; one with an image that can start now sends it itself
+(`submit`). The send threads' attempt spans go under the span the
 document was admitted in (`Document.trace`: contexts do not cross threads by themselves). All
 document and queue state is guarded by one condition variable, the scheduler's; the Settler
 and the Demand (what this process tells the fleet, gateway.flow.demand) work under it."""
@@ -97,14 +98,31 @@ class Scheduler:
 
     # ---- request-thread side -----------------------------------------------------------------
     def submit(self, doc: Document) -> Document:
+        """Queue the document. An urgent one (one page) that a replica has room for, with no
+        urgent page queued before it, is sent at once from the calling thread, which would
+        only wait for it otherwise: the scheduler thread and a send thread are two hand-offs
+        an image does not need (`_at_once`)."""
         self.start()
         with self._cond:
+            task = self._at_once(doc)
             self.fair.add(doc)
             if not doc.urgent:  # its first page goes out after a tidy (`Demand.reweigh`), not
                 self._tidied_at = float("-inf")  # within TIDY_S of the last one
             self.demand.tell()
-            self._cond.notify_all()
+            if task is None or time.monotonic() - self._tidied_at >= TIDY_S:
+                self._cond.notify_all()
+        if task is not None:
+            self._guarded(doc, task, self._send)
         return doc
+
+    def _at_once(self, doc: Document) -> Task | None:
+        """Under the lock: the urgent document's page, taken to be sent from the caller's
+        thread, when nothing urgent is queued before it and a replica has room for it."""
+        now = time.monotonic()
+        if not doc.urgent or self.fair.has_urgent(now) or not self.replicas.look().urgent:
+            return None
+        doc.inflight += 1
+        return doc.take(now)
 
     def finish(self, doc: Document) -> None:
         """The request is done with the document (answered, failed or gone): nothing more of
@@ -154,11 +172,7 @@ class Scheduler:
                     if picked is None:
                         continue
                     doc, task = picked
-                try:
-                    self._dispatch(doc, task)
-                except Exception as exc:
-                    log.exception("dispatching a chunk failed", extra={"logId": doc.log_id})
-                    self.settler.fault(doc, task, None, exc)
+                self._guarded(doc, task, self._send_later)
         except BaseException as exc:
             self.failure = f"the page scheduler stopped: {type(exc).__name__}: {exc}"
             log.critical(self.failure)
@@ -209,7 +223,20 @@ class Scheduler:
         for doc in self.fair.abandoned(now, ABANDON_AFTER_S):
             self.finish(doc)  # its request never read it (e.g. a stream nobody started)
 
-    def _dispatch(self, doc: Document, task: Task) -> None:
+    def _guarded(self, doc: Document, task: Task, send) -> None:
+        """Dispatch one chunk; a fault in doing so fails that chunk (as a real failure:
+        retried elsewhere within the budget), never the thread that dispatched it."""
+        try:
+            self._dispatch(doc, task, send)
+        except Exception as exc:
+            log.exception("dispatching a chunk failed", extra={"logId": doc.log_id})
+            self.settler.fault(doc, task, None, exc)
+
+    def _send_later(self, doc: Document, task: Task, replica: Replica) -> None:
+        self.executor.submit(self._send, doc, task, replica)
+
+    def _dispatch(self, doc: Document, task: Task, send) -> None:
+        """Look the chunk up in the cache, place it and `send` it (now, or on a send thread)."""
         if doc.cache is not None and task.cache is None:
             if self._cut(doc, task, None) and self._from_cache(doc, task):
                 return  # answered from the cache, now or once the same page in flight is
@@ -229,7 +256,7 @@ class Scheduler:
                 task.sent = True
                 doc.sent += 1
                 self.budget.record_send()
-            self.executor.submit(self._send, doc, task, replica)
+            send(doc, task, replica)
         except Exception:
             self.replicas.give_back(replica)  # the fault itself is the caller's to book
             raise
@@ -282,7 +309,7 @@ class Scheduler:
         self.settler.settle_pages(doc, task, pages)
 
     def _send(self, doc: Document, task: Task, replica: Replica) -> None:
-        """Executor thread: one attempt, then book its answer."""
+        """A send thread (or the caller's, `_at_once`): one attempt, then book its answer."""
         if doc.stopped:
             self.replicas.give_back(replica)
             self.settler.requeue(doc, task, delay=0.0)

@@ -64,7 +64,8 @@ def build_replica_set(config: GatewayConfig, probe: Probe, fleet: FleetView,
 class GatewayService:
     def __init__(self, config: GatewayConfig, resolver=None):
         self.config = config
-        self.pool = make_pool(maxsize=config.max_inflight)
+        # the send threads', and request threads sending their own image (gateway.scheduler)
+        self.pool = make_pool(maxsize=config.max_inflight + config.http_threads)
         auth = worker_auth_headers(config)
         self.fleet = FleetView(default_target=config.replica_target)
         self.cache = build_cache(config)  # None: the page cache is off

@@ -27,3 +27,13 @@ def test_rerun_is_idempotent_and_a_damaged_file_is_detected(tmp_path):
     damaged = dest / "PP-OCRv6_tiny_rec" / "inference.yml"
     damaged.write_text("tampered")
     assert not fetch_models.layout_is_complete(dest)
+
+
+def test_the_worker_checks_the_layout_files_the_fetch_script_verified():
+    """The SHA-256 of each layout file is written twice: the images' model stage runs
+    scripts/fetch_layout_models.py without services/, and the worker checks them at load
+    (services/layout/models.py). They must be the same."""
+    from scripts import fetch_layout_models
+    from services.layout import models
+
+    assert fetch_layout_models.FILES == models.SHA256

@@ -576,7 +576,8 @@ def test_behind_a_balancer_a_rise_in_demand_is_taken_once_the_others_may_have_he
 
 def test_a_new_document_is_taken_into_the_limit_at_once_a_finished_one_at_the_next_rebalance():
     """More demand shrinks this process's per-document quota before the next page goes out;
-    less demand (a document done) waits for the next rebalance: not one per page event."""
+    less demand (a document done), or an image's page finishing, waits for the next
+    rebalance: not one per page event (taking the share costs in proportion to the fleet)."""
     clock = Clock()
     board = Board(clock=clock)
     board.merge("w:aaaa:1:800:0,c:bbbb:1:100:0")  # 8 slots, another gateway with 1 document
@@ -592,3 +593,10 @@ def test_a_new_document_is_taken_into_the_limit_at_once_a_finished_one_at_the_ne
     assert replicas.look().quota == 2  # still: less demand waits for the rebalance
     clock.now += 0.05
     assert replicas.look().quota == 4
+    taken = replicas.share()
+    replicas.set_demand(1, finishing=1)  # an image came
+    replicas.look()
+    assert replicas.share() is taken
+    clock.now += 0.05
+    replicas.look()
+    assert replicas.share() is not taken

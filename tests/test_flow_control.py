@@ -563,6 +563,21 @@ def test_only_a_one_page_interactive_document_asks_the_worker_to_read_it_first(r
         assert client.first == [first] * pages
 
 
+def test_an_image_with_room_is_sent_by_the_thread_that_submits_it_a_documents_pages_are_not(
+        run_scheduler):
+    """An image a replica has room for skips the scheduler thread and the send threads: the
+    request's own thread sends it before submit returns. A document's pages go through them."""
+    senders = []
+    scheduler, client = run_scheduler(
+        lambda url, page, n: senders.append(threading.current_thread()) or 200)
+    image = submit(scheduler, 1)
+    assert senders == [threading.current_thread()]  # sent before submit returned
+    assert texts(image) == ["0"]
+    senders.clear()
+    assert texts(submit(scheduler, 3)) == ["0", "1", "2"]
+    assert len(senders) == 3 and threading.current_thread() not in senders
+
+
 def test_an_image_a_worker_would_start_late_goes_to_another_at_once_asking_a_little_more_each_try(
         run_scheduler):
     """Each try asks the next of START_WITHIN_S; a refusal (Outcome.LATER) spends no attempt

@@ -195,8 +195,10 @@ class ReplicaSet:
             self.news.set()  # the health thread tells the other gateways
         with self._lock:
             self._fresh = True
-            if documents > before[0] or finishing > before[1]:  # taken into the limit before the
-                # next page goes out: a new image's room must not go to a long document
+            if documents > before[0]:  # a new document: taken into the limit before the next
+                # page goes out. Not a page more finishing (an image, each time one comes):
+                # taking the share costs in proportion to the fleet, and an image's room
+                # never depends on the limit (`acquire`)
                 self._balanced_at = float("-inf")
 
     def _rebalance(self, now: float) -> None:

@@ -17,7 +17,9 @@ from . import tables
 LAYOUT_FILE = "layout_cdla.onnx"
 TABLE_FILE = "slanet-plus.onnx"
 RULED_FILE = "cycle_center_net_v2.onnx"  # ruled tables' lines (services/layout/ruled.py)
-SHA256 = {  # as scripts/fetch_layout_models.py records them
+# as scripts/fetch_layout_models.py records them (the images' model stage runs it without
+# services/; tests/test_fetch_models.py checks the two agree)
+SHA256 = {
     LAYOUT_FILE: "25b1f27ec56aa932a48f30cbd6293c358a156280f4b20b0a973bab210c39f62c",
     TABLE_FILE: "d57a942af6a2f57d6a4a0372573c696a2379bf5857c45e2ac69993f3b334514b",
     RULED_FILE: "0ea48d3a17e35ef5c2e498a5e799566073234d39b1079ca21d9f4fafe73c6d20",
