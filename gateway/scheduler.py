@@ -246,7 +246,7 @@ class Scheduler:
             replica = self.replicas.acquire(task.tried | task.later, urgent=doc.urgent)
         except NoReplicas:
             replica = None
-        if replica is None:  # only possible when the replica set changed under us
+        if replica is None:  # the room seen was taken meanwhile, or the replica set changed
             self.settler.requeue(doc, task, delay=0.05)
             return
         try:
