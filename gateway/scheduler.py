@@ -17,10 +17,10 @@ Threads: one scheduler thread per gateway process picks the next chunk (`_run`),
 its document (lazily, gateway.split) and hands it to the executor, whose threads send it
 (`_send`) and book the answer (`Settler.settle`). Request threads read answers in page order
 (`Document.in_order`) and cancel; one with an image that can start now sends it itself
-(`submit`). The send threads' attempt spans go under the span the
-document was admitted in (`Document.trace`: contexts do not cross threads by themselves). All
-document and queue state is guarded by one condition variable, the scheduler's; the Settler
-and the Demand (what this process tells the fleet, gateway.flow.demand) work under it."""
+(`submit`). The send threads' attempt spans go under the span the document was admitted in
+(`Document.trace`: contexts do not cross threads by themselves). All document and queue state
+is guarded by one condition variable, the scheduler's; the Settler and the Demand (what this
+process tells the fleet, gateway.flow.demand) work under it."""
 
 from __future__ import annotations
 
