@@ -142,6 +142,36 @@ def test_the_fleet_benchmark_reads_pages_in_waves_at_their_rate_whatever_the_pha
     assert late.rate(end - 24, end, 4.0) == pytest.approx(32.0, rel=0.01)  # page time later
 
 
+def test_the_fleet_benchmark_reads_the_engines_busy_share_between_each_workers_reads():
+    # worker a reads pages all along and is read every 8 s; worker b idles for 10 s, then
+    # reads pages, and is read every second: from 4 s to 20 s they spent 16 + 10 of 32 s
+    from loadtest.bench_fleet import EngineClock
+
+    clock = EngineClock(["http://a", "http://b"])
+    assert clock.busy(4.0, 20.0, 0.0) is None  # nothing read yet
+    a, b = clock.samples.values()
+    a += [(t, float(t)) for t in range(0, 25, 8)]
+    b += [(t, max(0.0, t - 10.0)) for t in range(25)]
+    assert clock.busy(4.0, 20.0, 0.0) == pytest.approx(26 / 32)
+    # over [4 + d, 18 + d] for d in 0, 0.1, ..., 1.9: a 14 s, b 8 + d s (8.95 on average)
+    assert clock.busy(4.0, 20.0, 2.0) == pytest.approx((14 + 8.95) / 28)
+    assert clock.busy(-5.0, 30.0, 0.0) == pytest.approx((24 + 14) / 70)  # the edges' reads
+    assert clock.busy(20.0, 21.0, 1.0) is None
+
+
+@pytest.mark.parametrize("phase", [0.0, 0.6, 1.3, 2.1, 2.9, 3.7])
+def test_the_engines_busy_share_is_read_whole_whatever_the_phase_of_the_page_ends(phase):
+    # a worker always busy with 4 s pages: its count steps by 4 s as each ends; read every
+    # 0.5 s, the window's edges fall anywhere in a page, yet over a page time of phases the
+    # share read is whole
+    from loadtest.bench_fleet import EngineClock
+
+    clock = EngineClock(["http://a"])
+    clock.samples["http://a/metrics"] += [
+        (t / 2, 4.0 * ((t / 2 + phase) // 4)) for t in range(80)]
+    assert clock.busy(8.05, 31.3, 4.0) == pytest.approx(1.0, abs=0.01)
+
+
 def test_growth():
     assert figures.growth(100.0, 103.0) == pytest.approx(0.03)
 
