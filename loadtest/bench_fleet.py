@@ -54,6 +54,13 @@ FleetSettings = report.settings("FleetSettings", {
     jitters=(0.75,))
 
 
+def metric_sum(text: str, prefix: str) -> float:
+    """The sum of a Prometheus text exposition's samples whose line starts with `prefix` (a
+    metric's name and labels); 0 when none has been observed yet."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(prefix))
+
+
 class PageCounter(list):
     """(perf_counter, pages answered so far) samples, from the gateways' metrics (ok attempts)."""
 
@@ -62,8 +69,7 @@ class PageCounter(list):
             texts = [requests.get(url.removesuffix("/ocr") + "/metrics", timeout=5).text
                      for url in urls]
             self.append((time.perf_counter(), sum(
-                float(line.rsplit(" ", 1)[1]) for text in texts for line in text.splitlines()
-                if line.startswith('ocr_gateway_attempts_total{outcome="ok"}'))))
+                metric_sum(text, 'ocr_gateway_attempts_total{outcome="ok"}') for text in texts)))
 
     def rate(self, start: float, end: float, ramp: float) -> float | None:
         """Pages/s from `start` to `end` with a trapezoidal window (figures.windowed_rate's):
@@ -145,9 +151,8 @@ class EngineClock:
             text = session.get(url, timeout=5).text
         except requests.RequestException:
             return  # a worker gone (shrunk): its last reads stand
-        self.samples[url].append(((asked + time.perf_counter()) / 2, sum(
-            float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-            if line.startswith(ENGINE_SECONDS))))
+        self.samples[url].append(((asked + time.perf_counter()) / 2,
+                                  metric_sum(text, ENGINE_SECONDS)))
 
     def busy(self, start: float, end: float, ramp: float) -> float | None:
         """The fleet's engine seconds from `start` to `end` over its workers' time then, read
