@@ -1,7 +1,8 @@
 """`make bench-accuracy`, two parts (BENCH_ACCURACY_PARTS). settings (issue 13): CER, word F1,
 lines changed against the reference (PaddleOCR as shipped) and CPU seconds per page of each
 engine setting on the accuracy corpus, in this process, interleaved page by page; the default is
-the fastest setting within CER_TOLERANCE of the reference on all pages and on each kind of page.
+the fastest setting whose CER is within CER_RELATIVE of the reference's on all pages and on each
+kind of page.
 scan-pdf (issue 26): scans through a fleet as images and as image-only PDFs of the same pixels.
 Method, goals and knobs: docs/benchmarks.md and loadtest/README.md. Writes accuracy.json."""
 
@@ -19,12 +20,13 @@ from loadtest.accuracy_metrics import Score, changed_lines, score_page
 from loadtest.payloads import JSON_HEADERS, make_payload
 from samples import accuracy_corpus as corpus, documents
 
-CER_TOLERANCE = 0.002
+CER_RELATIVE = 0.03  # a setting's CER at most 3 % over the reference's, on each kind (issue 47)
 FILE = "accuracy.json"
 PDF_CER_RATIO_GOAL = 1.10  # PDFs' CER at most 10 % above the images'
 PDF_CER_SLACK = 0.001  # ...or at most this much above (absolute): a near-zero CER's ratio is noise
 MUCH_WORSE = (0.01, 0.20)  # a page is read much worse as a PDF: CER up by > 0.01 and > 20 %
 PARTS = ("settings", "scan-pdf")
+DET_SIDES = (2000, 1600)  # the detector's input caps compared (OCR_DET_MAX_SIDE)
 
 
 @dataclass
@@ -36,6 +38,7 @@ class Setting:
     texts: dict[str, list[str]] = field(default_factory=dict)  # page name -> lines read
     seconds: dict[str, float] = field(default_factory=dict)  # page name -> CPU seconds
     cpu_s: float = 0.0
+    model_s: dict[str, float] = field(default_factory=dict)  # "det"/"rec" -> CPU s in the model
     score: Score = field(default_factory=Score)
 
 
@@ -47,11 +50,14 @@ def settings() -> list[Setting]:
         bf16 = "BF16" in openvino_backend.cpu_capabilities()
     except ImportError:
         bf16 = False
-    combos = [("onnxruntime", "fp32", b) for b in (6, 6, 1, 2)] + [("openvino", "fp32", 6)] + [
-        ("openvino", "bf16", b) for b in (6, 2, 1) if bf16]
-    made = [Setting(f"{backend} {precision}, rec batch {b}", {"backend": backend, **(
-        {"ov_precision": precision} if backend == "openvino" else {}), "rec_batch_size": b})
-        for backend, precision, b in combos]
+    combos = [("onnxruntime", "fp32", b, 4000) for b in (6, 6, 1, 2)] + [
+        ("onnxruntime", "fp32", 2, side) for side in DET_SIDES] + [
+        ("openvino", "fp32", 6, 4000)] + [("openvino", "bf16", b, 4000) for b in (6, 2) if bf16]
+    made = [Setting(f"{backend} {precision}, rec batch {b}" + (
+        f", det side {side}" if side != 4000 else ""), {"backend": backend, **(
+            {"ov_precision": precision} if backend == "openvino" else {}), "rec_batch_size": b,
+            "det_max_side": side})
+        for backend, precision, b, side in combos]
     made[0].label, made[0].fast_ctc = made[0].label + ", PaddleX CTC (reference)", False
     wanted = report.names("BENCH_ACCURACY_SETTINGS")
     return [s for s in made if not wanted or any(w in s.label for w in wanted)] or made[:1]
@@ -66,10 +72,11 @@ def page_score(setting: Setting, pages: list | None) -> Score:
 
 def too_far(setting: Setting, reference: Setting, kinds: dict[str, list] | None = None
             ) -> list[str]:
-    """Where the setting's CER is over the reference's + CER_TOLERANCE: "all" and/or the kinds
-    of page (`kinds`: kind -> its pages)."""
+    """Where the setting's CER is over the reference's by more than CER_RELATIVE of it: "all"
+    and/or the kinds of page (`kinds`: kind -> its pages)."""
     return [kind for kind, pages in {"all": None, **(kinds or {})}.items()
-            if page_score(setting, pages).cer > page_score(reference, pages).cer + CER_TOLERANCE]
+            if page_score(setting, pages).cer >
+            page_score(reference, pages).cer * (1 + CER_RELATIVE)]
 
 
 def chosen(runs: list[Setting], kinds: dict[str, list] | None = None) -> Setting:
@@ -88,7 +95,9 @@ def run(pages: list[corpus.CorpusPage], runs: list[Setting]) -> dict[str, Any]:
         if not setting.fast_ctc:  # back to PaddleX's own CTCLabelDecode
             post_op = setting.engine._pipeline.paddlex_pipeline._pipeline.text_rec_model.post_op
             post_op.__class__ = post_op.__class__.__mro__[1]
+        clock_models(setting)
         setting.engine.predict([pages[0].image], {})[0].result_json()  # warm-up, untimed
+        setting.model_s.clear()
     for page in pages:
         for setting in runs:
             started = time.process_time()
@@ -105,17 +114,49 @@ def run(pages: list[corpus.CorpusPage], runs: list[Setting]) -> dict[str, Any]:
         return {"cer": score.cer, "word_f1": score.word_f1, "lines_changed": changed,
                 "cpu_s_per_page": sum(s.seconds[p.name] for p in members) / len(members)}
 
+    def split(s: Setting) -> dict[str, float]:  # CPU s per page in each model
+        return {f"{model}_s_per_page": seconds / len(pages) for model, seconds in s.model_s.items()}
+
     return {"pages": [p.name for p in pages], "page_kinds": {p.name: p.kind for p in pages},
             "reference_lines": sum(len(lines) for lines in reference.texts.values()),
             "settings": [{"label": s.label, "overrides": s.overrides, "fast_ctc": s.fast_ctc,
-                          **figures(s, pages), "speedup": reference.cpu_s / s.cpu_s,
+                          **figures(s, pages), **split(s), "speedup": reference.cpu_s / s.cpu_s,
                           "too_far": too_far(s, reference, kinds), "engine": s.engine.info}
                          for s in runs],
             "by_kind": {kind: {s.label: {**figures(s, members), "reference_lines": sum(
                 len(reference.texts[p.name]) for p in members), "pages": len(members)}
                 for s in runs} for kind, members in kinds.items()},
-            "cer_tolerance": CER_TOLERANCE, "chosen": chosen(runs, kinds).label,
+            "cer_tolerance": {"relative": CER_RELATIVE},
+            "chosen": chosen(runs, kinds).label,
             "texts": {s.label: s.texts for s in runs}}
+
+
+class ModelClock:
+    """A model session's stand-in that adds the CPU seconds of each run() to a setting's
+    model_s: where a page's time goes, the detector, the recogniser or the pipeline around
+    them."""
+
+    def __init__(self, session: Any, setting: Setting, model: str):
+        self.session, self.setting, self.model = session, setting, model
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        started = time.process_time()
+        try:
+            return self.session.run(*args, **kwargs)
+        finally:
+            self.setting.model_s[self.model] = self.setting.model_s.get(self.model, 0.0) + (
+                time.process_time() - started)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.session, name)
+
+
+def clock_models(setting: Setting) -> None:
+    from services.ocr_worker.engine_tuning import runners
+
+    inner = setting.engine._pipeline.paddlex_pipeline._pipeline
+    for model, runner in zip(("det", "rec"), runners(inner)):
+        runner.session = ModelClock(runner.session, setting, model)
 
 
 def measure() -> dict[str, Any]:
@@ -222,17 +263,27 @@ def settings_table(result: dict[str, Any]) -> str:
                             for a, b in zip(column(s), column(result["settings"][0]))],
               " / ".join(f"{k['word_f1']:.3f}" for k in column(s)[1:]),
               " / ".join(f"{k['lines_changed']}/{k['reference_lines']}" for k in column(s)[1:]),
-              f"{s['cpu_s_per_page']:.2f} s ({s['speedup']:.2f}x)",
+              f"{s['cpu_s_per_page']:.2f} s ({s['speedup']:.2f}x)" + (
+                  f": det {s['det_s_per_page']:.2f}, rec {s['rec_s_per_page']:.2f}"
+                  if "det_s_per_page" in s else ""),
               "CHOSEN" if s["label"] == result["chosen"] else
               f"CER too high ({', '.join(s['too_far'])})" if s.get("too_far") else "ok"]
              for s in result["settings"]]
     pages = ", ".join(f"{list(result['page_kinds'].values()).count(kind)} {kind}"
                       for kind in kinds)
     return (report.markdown(["setting", "CER all (vs ref)", *[f"CER {kind}" for kind in kinds],
-                             f"word F1 ({' / '.join(kinds)})", "lines changed", "CPU/page",
-                             "verdict"], lines) + "\n\nThe default rule: fastest within CER "
-            f"+{result['cer_tolerance']} of the reference, on all pages and on each kind -> "
+                             f"word F1 ({' / '.join(kinds)})", "lines changed",
+                             "CPU/page: in the models", "verdict"], lines) +
+            f"\n\nThe default rule: fastest within {rule(result['cer_tolerance'])} of the "
+            "reference's CER, on all pages and on each kind -> "
             f"{result['chosen']}. Pages: {pages}. {report.measured(result)}.")
+
+
+def rule(tolerance: float | dict[str, float]) -> str:
+    """The tolerance in words; an older result file has an absolute one."""
+    if isinstance(tolerance, dict):
+        return f"{tolerance['relative']:.0%}"
+    return f"+{tolerance}"
 
 
 def scan_pdf_table(result: dict[str, Any]) -> str:

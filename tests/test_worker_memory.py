@@ -4,6 +4,7 @@ arena: on, and shrunk after large inputs."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import types
@@ -219,6 +220,27 @@ def test_the_detector_cap_reaches_the_pipeline():
     pipeline = types.SimpleNamespace(paddlex_pipeline=types.SimpleNamespace(_pipeline=inner))
     tune_pipeline_memory(pipeline, WorkerConfig(det_max_side=2048))
     assert inner.text_det_max_side_limit == 2048
+
+
+def test_paddlex_notice_of_each_capped_page_is_dropped_and_its_other_warnings_kept():
+    """At the default cap every scan is resized before detection; PaddleX warns each time."""
+    pipeline = types.SimpleNamespace(paddlex_pipeline=types.SimpleNamespace(
+        _pipeline=types.SimpleNamespace(text_det_max_side_limit=4000)))
+    tune_pipeline_memory(pipeline, WorkerConfig())
+    tune_pipeline_memory(pipeline, WorkerConfig())  # a second engine adds no second filter
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    paddlex_log = logging.getLogger("paddlex")
+    paddlex_log.addHandler(handler)
+    try:
+        paddlex_log.warning("Resized image size (1600x2262) exceeds max_side_limit of 2000. "
+                            "Resizing to fit within limit.")
+        paddlex_log.warning("something else")
+    finally:
+        paddlex_log.removeHandler(handler)
+    assert seen == ["something else"]
+    assert pipeline.paddlex_pipeline._pipeline.text_det_max_side_limit == 2000
 
 
 def test_on_a_gpu_the_cuda_arena_grows_by_what_is_asked_and_keeps_its_device():

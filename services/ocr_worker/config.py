@@ -89,7 +89,7 @@ class WorkerConfig(ServerSettings):
     page_window: int = setting("OCR_PAGE_WINDOW", 2, 1, 64)
     ort_cpu_arena: bool = setting("OCR_ORT_CPU_ARENA", True)
     trim_min_pixels: int = setting("OCR_TRIM_MIN_PIXELS", 1_000_000, 0)
-    det_max_side: int = setting("OCR_DET_MAX_SIDE", 4000, 320, 16384)
+    det_max_side: int = setting("OCR_DET_MAX_SIDE", 2000, 320, 16384)
     memory_budget_mb: int = setting("OCR_MEMORY_BUDGET_MB", 1024, 0)
     memory_ceiling_mb: int = setting("OCR_MEMORY_CEILING_MB", 0, 0)
 

@@ -7,6 +7,7 @@ PaddleOCR pipelines are not thread-safe."""
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import random
 import time
@@ -67,11 +68,26 @@ def onnxruntime_engine_config(config: WorkerConfig) -> dict[str, Any]:
 
 
 def tune_pipeline_memory(pipeline: Any, config: WorkerConfig) -> None:
-    """The detector's input cap (PaddleX's `text_det_max_side_limit`, 4000 by default): a
-    page's long side is scaled down to it before detection, which bounds the activations."""
+    """The detector's input cap (`OCR_DET_MAX_SIDE`, PaddleX's `text_det_max_side_limit`): a
+    page's long side is scaled down to it before detection; the recogniser still reads each
+    line from the page's own pixels. 2000 here, where PaddleX ships 4000: a 150-dpi A4 page
+    (1754 px) is detected at its own size, a 300-dpi scan at about half, for a quarter of the
+    detector's activations and time at the same or a lower CER (docs/benchmarks.md, "Engine
+    speed"). PaddleX's notice of each such resize is dropped from its log."""
     inner = getattr(getattr(pipeline, "paddlex_pipeline", None), "_pipeline", None)
     if inner is not None and hasattr(inner, "text_det_max_side_limit"):
         inner.text_det_max_side_limit = config.det_max_side
+    paddlex_log = logging.getLogger("paddlex")
+    if not any(isinstance(f, DropResizeNotice) for f in paddlex_log.filters):
+        paddlex_log.addFilter(DropResizeNotice())
+
+
+class DropResizeNotice(logging.Filter):
+    """PaddleX warns on every page whose long side is over the detector's cap, which at the
+    worker's cap is every scan: the setting doing its job, not news."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Resized image size")
 
 
 # Pipeline switches that need a model this worker may not have loaded.

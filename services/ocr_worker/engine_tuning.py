@@ -53,7 +53,7 @@ def apply(paddlex_pipeline, config: WorkerConfig, backend: str) -> dict[str, str
     elif backend == "onnxruntime":
         info["precision"] = "fp32"
         if config.ort_cpu_arena and config.device == "cpu":
-            for runner in _runners(inner):
+            for runner in runners(inner):
                 runner.session = ArenaShrink(runner.session)
             info["cpu_arena"] = "shrunk after large inputs"
     return info
@@ -93,7 +93,7 @@ class ArenaShrink:
         return getattr(self._session, name)
 
 
-def _runners(inner) -> list:
+def runners(inner) -> list:
     """The detection and recognition models' onnxruntime runners that have a session."""
     models = (getattr(inner, name, None) for name in ("text_det_model", "text_rec_model"))
     return [m.runner for m in models if hasattr(getattr(m, "runner", None), "session")]
