@@ -71,9 +71,10 @@ def tune_pipeline_memory(pipeline: Any, config: WorkerConfig) -> None:
     """The detector's input cap (`OCR_DET_MAX_SIDE`, PaddleX's `text_det_max_side_limit`): a
     page's long side is scaled down to it before detection; the recogniser still reads each
     line from the page's own pixels. 2000 here, where PaddleX ships 4000: a 150-dpi A4 page
-    (1754 px) is detected at its own size, a 300-dpi scan at about half, for a quarter of the
-    detector's activations and time at the same or a lower CER (docs/benchmarks.md, "Engine
-    speed"). PaddleX's notice of each such resize is dropped from its log."""
+    (1754 px) is detected at its own size, a 300-dpi scan at about half (a third of the
+    detector's pixels, a tenth of a page's peak memory) at the same or a lower CER
+    (docs/benchmarks.md, "Engine speed"). PaddleX's notice of each such resize is dropped
+    from its log."""
     inner = getattr(getattr(pipeline, "paddlex_pipeline", None), "_pipeline", None)
     if inner is not None and hasattr(inner, "text_det_max_side_limit"):
         inner.text_det_max_side_limit = config.det_max_side
