@@ -46,6 +46,15 @@ def dense_page_payloads(count: int = 2, visualize: bool | None = False) -> list[
                          "image", 1, visualize=visualize) for i in range(count)]
 
 
+def dense_scan_payloads(count: int = 2, visualize: bool | None = False) -> list[Payload]:
+    """Dense A4 scans at 300 DPI (samples/scans.py dense_scan: 2481 x 3507 px, ~70 lines of
+    10-point text on tinted paper), as PNG."""
+    from samples import scans
+
+    return [make_payload(f"image:scan:{i}", documents.to_png(scans.dense_scan(i)), "image", 1,
+                         visualize=visualize) for i in range(count)]
+
+
 def labelled_pdf_payload(pages: int, seed: int = 0, visualize: bool | None = False,
                          table: bool = False) -> Payload:
     """A PDF whose page i says "Page i of N" (with `table`, a ruled table on each page)."""
