@@ -8,6 +8,7 @@ import re
 import cv2
 import numpy as np
 import requests
+from PIL import Image
 
 from samples import documents
 from tests.conftest import all_text, b64, post_ocr
@@ -41,6 +42,22 @@ def test_english_image_words_and_envelope(worker_url):
     assert all(0.8 < score <= 1.0 for score in pruned["rec_scores"])
     x0, y0, x1, y1 = pruned["rec_boxes"][0]
     assert 0 <= x0 < x1 <= image.width and 0 <= y0 < y1 <= image.height
+
+
+def test_a_page_over_the_detector_cap_is_read_in_its_own_pixels(worker_url):
+    """A page whose long side (4200 px) is over the detector's default cap (2000) is detected
+    at under half its size; its lines are read from its own pixels and its boxes are where the
+    lines are on the page, not on the scaled copy."""
+    top, bottom = "Invoice number 48213", "Total amount due 1,234.56 USD"
+    page = Image.new("RGB", (1200, 4200), "white")
+    page.paste(documents.text_image([top], size=40), (60, 100))
+    page.paste(documents.text_image([bottom], size=40), (60, 3900))
+    response = post_ocr(worker_url, {"file": b64(documents.to_png(page)), "fileType": 1})
+    assert response.status_code == 200
+    pruned = response.json()["result"]["ocrResults"][0]["prunedResult"]
+    assert pruned["rec_texts"] == [top, bottom]
+    (_, top_y0, _, top_y1), (_, bottom_y0, _, bottom_y1) = pruned["rec_boxes"]
+    assert 100 <= top_y0 < top_y1 <= 260 and 3900 <= bottom_y0 < bottom_y1 <= 4060
 
 
 def test_chinese_image(worker_url, cjk_font):
