@@ -5,6 +5,7 @@ arena: on, and shrunk after large inputs."""
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import types
@@ -17,7 +18,8 @@ from services.ocr_api import heap
 from services.ocr_worker import memory, recycle
 from services.ocr_worker.admission import MemoryBudget
 from services.ocr_worker.config import WorkerConfig
-from services.ocr_worker.engine import onnxruntime_engine_config, tune_pipeline_memory
+from services.ocr_worker.engine import (detector_side_limit, onnxruntime_engine_config,
+                                         tune_pipeline_memory)
 
 MIB = 1024 * 1024
 
@@ -220,6 +222,18 @@ def test_the_detector_cap_reaches_the_pipeline():
     pipeline = types.SimpleNamespace(paddlex_pipeline=types.SimpleNamespace(_pipeline=inner))
     tune_pipeline_memory(pipeline, WorkerConfig(det_max_side=2048))
     assert inner.text_det_max_side_limit == 2048
+
+
+def test_a_page_longer_than_a4_gets_a_longer_side_and_the_area_of_an_a4_page():
+    cap = 2000
+    a4_area = cap * round(cap / math.sqrt(2))
+    for height, width in ((3508, 2481), (2481, 3508), (6000, 6000), (1754, 1240), (400, 300)):
+        assert detector_side_limit(height, width, cap) == cap  # up to A4's proportion: the cap
+    for height, width in ((8380, 1080), (1080, 8380), (4200, 1200), (30000, 100)):
+        side = detector_side_limit(height, width, cap)
+        scale = side / max(height, width)
+        assert side > cap and scale < 1
+        assert abs(height * width * scale ** 2 / a4_area - 1) < 0.01  # an A4 page's area
 
 
 def test_paddlex_notice_of_each_capped_page_is_dropped_and_its_other_warnings_kept():

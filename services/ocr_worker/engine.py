@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import os
 import random
 import time
@@ -67,20 +68,33 @@ def onnxruntime_engine_config(config: WorkerConfig) -> dict[str, Any]:
     return engine_config
 
 
-def tune_pipeline_memory(pipeline: Any, config: WorkerConfig) -> None:
+def tune_pipeline_memory(pipeline: Any, config: WorkerConfig) -> Any:
     """The detector's input cap (`OCR_DET_MAX_SIDE`, PaddleX's `text_det_max_side_limit`): a
     page's long side is scaled down to it before detection; the recogniser still reads each
     line from the page's own pixels. 2000 here, where PaddleX ships 4000: a 150-dpi A4 page
     (1754 px) is detected at its own size, a 300-dpi scan at about half (a third of the
     detector's pixels, a tenth of a page's peak memory) at the same or a lower CER
-    (docs/benchmarks.md, "Engine speed"). PaddleX's notice of each such resize is dropped
-    from its log."""
+    (docs/benchmarks.md, "Engine speed"). A page longer and narrower than A4 gets a longer
+    side (`detector_side_limit`), set for each engine call. PaddleX's notice of each such
+    resize is dropped from its log. Returns the PaddleX pipeline that holds the cap, or None."""
     inner = getattr(getattr(pipeline, "paddlex_pipeline", None), "_pipeline", None)
-    if inner is not None and hasattr(inner, "text_det_max_side_limit"):
-        inner.text_det_max_side_limit = config.det_max_side
     paddlex_log = logging.getLogger("paddlex")
     if not any(isinstance(f, DropResizeNotice) for f in paddlex_log.filters):
         paddlex_log.addFilter(DropResizeNotice())
+    if inner is None or not hasattr(inner, "text_det_max_side_limit"):
+        return None
+    inner.text_det_max_side_limit = config.det_max_side
+    return inner
+
+
+def detector_side_limit(height: int, width: int, max_side: int) -> int:
+    """The detector's long-side cap for a page of this size: `max_side` up to A4's proportion
+    (a square page included); for a longer, narrower page (a till receipt, a scrolled
+    screenshot) the long side that gives it an A4 page's area at `max_side`, max_side² / √2.
+    Its text then keeps an A4 page's resolution instead of shrinking to a sliver, for the same
+    time and memory: those follow the area."""
+    budget = max_side * max_side / math.sqrt(2)
+    return max(max_side, int(max(height, width) * math.sqrt(budget / max(1, height * width))))
 
 
 class DropResizeNotice(logging.Filter):
@@ -117,6 +131,7 @@ class PaddleOCREngine:
             "threads": str(config.threads),
         }
         self._pipeline = None
+        self._capped: Any = None  # the PaddleX pipeline holding the detector's cap
 
     def check_models(self) -> None:
         for key in ("det_dir", "rec_dir"):
@@ -148,7 +163,7 @@ class PaddleOCREngine:
         else:
             kwargs["cpu_threads"] = self.config.threads
         self._pipeline = PaddleOCR(**kwargs)
-        tune_pipeline_memory(self._pipeline, self.config)
+        self._capped = tune_pipeline_memory(self._pipeline, self.config)
         self.info.update(engine_tuning.apply(self._pipeline.paddlex_pipeline, self.config,
                                              self.backend))
 
@@ -163,6 +178,10 @@ class PaddleOCREngine:
         return None
 
     def predict(self, images: list[np.ndarray], params: dict[str, Any]) -> list[PageOutput]:
+        if self._capped is not None:  # one call's pages share it: the smallest they need
+            self._capped.text_det_max_side_limit = min((detector_side_limit(
+                *image.shape[:2], self.config.det_max_side) for image in images),
+                default=self.config.det_max_side)
         results = self._pipeline.predict(images, **params)
         return [PaddlePageOutput(result) for result in results]
 
