@@ -243,7 +243,8 @@ class Scheduler:
             if task.chunk is None:
                 return  # it could not be cut: its pages failed
         try:
-            replica = self.replicas.acquire(task.tried | task.later, urgent=doc.urgent)
+            replica = self.replicas.acquire(task.tried | task.later, urgent=doc.urgent,
+                                            failed=task.tried)
         except NoReplicas:
             replica = None
         if replica is None:  # the room seen was taken meanwhile, or the replica set changed

@@ -652,6 +652,27 @@ def test_an_image_behind_a_full_fleet_goes_out_at_once_asking_to_start_soon():
         executor.shutdown(wait=True)
 
 
+def test_a_failed_page_waits_for_room_elsewhere_rather_than_fail_again_where_it_failed(
+        run_scheduler):
+    """a fails every page; b holds its pages until the gate opens, so while a page's retry is
+    due only a has room. The page waits for b instead of spending its attempts on a."""
+    gate = threading.Event()
+
+    def script(url, page, attempt):
+        if url == "http://a":
+            return 500
+        assert gate.wait(10)
+        return 200
+
+    scheduler, client = run_scheduler(script)
+    document = submit(scheduler, 6)
+    assert wait_until(lambda: sum(url == "http://a" for url, _ in client.calls) >= 2)
+    gate.set()
+    assert texts(document) == [str(i) for i in range(6)]
+    on_a = [page for url, page in client.calls if url == "http://a"]
+    assert len(on_a) == len(set(on_a))  # no page sent to a twice
+
+
 def test_a_failed_page_is_retried_on_another_replica(run_scheduler):
     scheduler, client = run_scheduler(lambda url, page, n: 500 if url == "http://a" else 200)
     document = submit(scheduler, 6)

@@ -225,12 +225,15 @@ class ReplicaSet:
             return self._share
 
     # ---- placing -------------------------------------------------------------------------
-    def acquire(self, exclude: set[str] = frozenset(), urgent: bool = False) -> Replica | None:
+    def acquire(self, exclude: set[str] = frozenset(), urgent: bool = False,
+                failed: set[str] = frozenset()) -> Replica | None:
         """A replica with room for one more page, its in-flight count already raised, or None
         when this process's share is taken or no replica has room now. The best by `_rank`;
-        replicas in `exclude` (this page already failed there) only when no other has room.
-        An `urgent` page (an image) is within this process's share whatever its documents
-        have out (`_open`)."""
+        replicas in `exclude` only when no other has room, and those in `failed` (this page
+        failed there: a subset of `exclude`) only when no other can take pages at all: the
+        page waits for room elsewhere rather than spend its attempts where it failed. An
+        `urgent` page (an image) is within this process's share whatever its documents have
+        out (`_open`)."""
         with self._lock:
             now = self.clock()
             if len(self._replicas) == self._removed:
@@ -239,7 +242,7 @@ class ReplicaSet:
             if not urgent and self._out >= self._limit:
                 return None  # this process's share of the fleet is out
             url = self._room[urgent].best(exclude)
-            if url is None:
+            if url is None or (url in failed and self._elsewhere(failed, now)):
                 return None
             chosen = self._replicas[url]
             chosen.inflight += 1
@@ -248,6 +251,11 @@ class ReplicaSet:
             self._out += 1
             self._place(chosen, now)
             return chosen
+
+    def _elsewhere(self, failed: set[str], now: float) -> bool:
+        """Whether a replica outside `failed` can take pages, if not now (on the path of a
+        retry that found room only where it failed)."""
+        return any(r.eligible(now) for url, r in self._replicas.items() if url not in failed)
 
     def look(self) -> Room:
         """Where a page would go now, the share taken afresh first when due (the one call

@@ -88,13 +88,18 @@ def tune_pipeline_memory(pipeline: Any, config: WorkerConfig) -> Any:
 
 
 def detector_side_limit(height: int, width: int, max_side: int) -> int:
-    """The detector's long-side cap for a page of this size: `max_side` up to A4's proportion
-    (a square page included); for a longer, narrower page (a till receipt, a scrolled
-    screenshot) the long side that gives it an A4 page's area at `max_side`, max_side² / √2.
-    Its text then keeps an A4 page's resolution instead of shrinking to a sliver, for the same
-    time and memory: those follow the area."""
-    budget = max_side * max_side / math.sqrt(2)
+    """The detector's long-side cap for a page of this size: `max_side` up to LONG_PAGE (a
+    square page, Letter and A4 included); for a longer, narrower page (a till receipt, a
+    scrolled screenshot) the long side that gives it the area of a LONG_PAGE page at
+    `max_side`. Its text then keeps about an A4 page's resolution instead of shrinking to a
+    sliver, for the same time and memory: those follow the area."""
+    budget = max_side * max_side / LONG_PAGE
     return max(max_side, int(max(height, width) * math.sqrt(budget / max(1, height * width))))
+
+
+# long side / short side beyond which a page is long: a little over A4's 1.41, so that an A4
+# scan cropped a little long is capped like any other
+LONG_PAGE = 1.5
 
 
 class DropResizeNotice(logging.Filter):
