@@ -68,14 +68,19 @@ def onnxruntime_engine_config(config: WorkerConfig) -> dict[str, Any]:
     return engine_config
 
 
+# long side / short side beyond which a page is long: a little over A4's 1.41, so that an A4
+# scan cropped a little long is capped like any other
+LONG_PAGE = 1.5
+
+
 def tune_pipeline_memory(pipeline: Any, config: WorkerConfig) -> Any:
     """The detector's input cap (`OCR_DET_MAX_SIDE`, PaddleX's `text_det_max_side_limit`): a
     page's long side is scaled down to it before detection; the recogniser still reads each
     line from the page's own pixels. 2000 here, where PaddleX ships 4000: a 150-dpi A4 page
     (1754 px) is detected at its own size, a 300-dpi scan at about half (a third of the
     detector's pixels, a tenth of a page's peak memory) at the same or a lower CER
-    (docs/benchmarks.md, "Engine speed"). A page longer and narrower than A4 gets a longer
-    side (`detector_side_limit`), set for each engine call. PaddleX's notice of each such
+    (docs/benchmarks.md, "Engine speed"). A page longer than LONG_PAGE gets a longer side
+    (`detector_side_limit`), set for each engine call. PaddleX's notice of each such
     resize is dropped from its log. Returns the PaddleX pipeline that holds the cap, or None."""
     inner = getattr(getattr(pipeline, "paddlex_pipeline", None), "_pipeline", None)
     paddlex_log = logging.getLogger("paddlex")
@@ -95,11 +100,6 @@ def detector_side_limit(height: int, width: int, max_side: int) -> int:
     sliver, for the same time and memory: those follow the area."""
     budget = max_side * max_side / LONG_PAGE
     return max(max_side, int(max(height, width) * math.sqrt(budget / max(1, height * width))))
-
-
-# long side / short side beyond which a page is long: a little over A4's 1.41, so that an A4
-# scan cropped a little long is capped like any other
-LONG_PAGE = 1.5
 
 
 class DropResizeNotice(logging.Filter):
