@@ -5,6 +5,7 @@ large pages (BENCH_MEMORY_ROUNDS rounds, 3 by default), each one's peak and the 
 A4 page's peak split; OCR_DET_MAX_SIDE's trade (peak and word recall). Writes
 memory_sources.json. Run: python -m loadtest.memory_sources [variant ...] (not in make bench)."""
 
+import dataclasses
 import functools
 import gc
 import json
@@ -178,10 +179,10 @@ def cap_trade(*caps: str) -> list[dict[str, Any]]:
             lines, size=size, width=2481, margin=90, line_gap=1.4), " ".join(lines).split()))
     pages.append(("photo 5000x7000", scans.photo_of_page(2), dense_words(2, 600)))
     pages = [(name, np.asarray(page)[:, :, ::-1].copy(), truth) for name, page, truth in pages]
-    engine, inner = _engine()
+    engine, _ = _engine()
     trade = []
     for cap in map(int, caps):
-        inner.text_det_max_side_limit = cap
+        engine.config = dataclasses.replace(engine.config, det_max_side=cap)
         for name, image, truth in pages:
             found, base, peak, _ = _measured(lambda: " ".join(engine.predict([image], {})[0]
                                              .result_json()["rec_texts"]).split(), True)

@@ -60,11 +60,12 @@ def apply(paddlex_pipeline, config: WorkerConfig, backend: str) -> dict[str, str
 
 
 # After a call on at least this many input values, the session's CPU arena gives back what the
-# call no longer holds: a detector input of about 2.7 megapixels, so that A4 and Letter pages
-# at 150 dpi (2.2 MP) keep theirs for the next page, and 200-dpi pages, scans and photos give
-# theirs back: paged in again after every page by workers side by side, the buffers cost a
-# fifth of their pages/s (docs/benchmarks.md "Engine speed")
-SHRINK_MIN_VALUES = 8_000_000
+# call no longer holds: a detector input of about 2.3 megapixels, so that A4 and Letter pages
+# at 150 dpi (2.2 MP) keep theirs for the next page, and 200-dpi pages, scans, photos and long
+# pages at the detector's cap (2.6-2.8 MP) give theirs back: paged in again after every page
+# by workers side by side, the buffers cost a fifth of their pages/s (docs/benchmarks.md
+# "Engine speed")
+SHRINK_MIN_VALUES = 7_000_000
 
 
 class ArenaShrink:
