@@ -22,6 +22,8 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from . import engine_tuning
+
 log = logging.getLogger("ocr_worker.openvino")
 
 PRECISIONS = ("fp32", "bf16", "auto")
@@ -101,17 +103,15 @@ class OpenVINOSession:
 
 
 def _runners(paddlex_pipeline) -> list[Any]:
-    """The onnxruntime runners of the OCR pipeline's detection and recognition models."""
+    """The onnxruntime runners of the OCR pipeline's detection and recognition models
+    (engine_tuning.runners), both of them or an error."""
     inner = getattr(paddlex_pipeline, "_pipeline", paddlex_pipeline)
-    runners = []
-    for name in ("text_det_model", "text_rec_model"):
-        model = getattr(inner, name, None)
-        runner = getattr(model, "runner", None)
-        if runner is None or not hasattr(runner, "session") or not hasattr(runner, "model_dir"):
-            raise RuntimeError(f"paddlex's OCR pipeline has no onnxruntime runner at {name}: "
-                               "this paddlex version is not supported by OCR_BACKEND=openvino")
-        runners.append(runner)
-    return runners
+    found = [runner for runner in engine_tuning.runners(inner) if hasattr(runner, "model_dir")]
+    if len(found) != 2:
+        raise RuntimeError("paddlex's OCR pipeline has no onnxruntime runner for its detection "
+                           "and recognition models: this paddlex version is not supported by "
+                           "OCR_BACKEND=openvino")
+    return found
 
 
 def install(paddlex_pipeline, precision_setting: str, threads: int) -> str:
