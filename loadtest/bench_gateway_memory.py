@@ -1,7 +1,10 @@
-"""Gateway memory (issue 22): the peak RSS of one gateway process group above its idle level,
-for a dense PDF asked back in every format (visualize on and off, at full and a tenth of the
-pages), and for concurrent large uploads the memory budget answers 429 (docs/capacity.md,
-section 7). Four sim workers answer. Writes gateway-memory.json; knobs in loadtest/README.md."""
+"""Gateway memory (issues 22 and 47): the peak RSS of one gateway process group above its idle
+level, for a born-digital PDF (at full and a tenth of the pages) and a scanned PDF asked back in
+every format, visualize on and off, and for concurrent large uploads the memory budget answers
+429 (docs/capacity.md, section 7). Four sim workers answer; with BENCH_GW_ENGINE=paddleocr two
+real workers at their default settings answer the scanned PDF alone (every format, visualize
+off: its answers carry real pages' text) and the file is gateway-memory-real.json. Knobs in
+loadtest/README.md."""
 
 import base64
 import functools
@@ -17,9 +20,11 @@ import requests
 from loadtest import local_fleet, report
 from loadtest.loadgen import at_once
 from loadtest.procstats import PeakRss
-from samples import documents
+from samples import documents, scans
 
-FILE = "gateway-memory.json"
+REAL = os.environ.get("BENCH_GW_ENGINE", "sim") == "paddleocr"
+FILE = "gateway-memory-real.json" if REAL else "gateway-memory.json"
+BORN_DIGITAL, SCANNED = "born-digital", "scanned"
 FORMATS = ("application/json", "application/x-ndjson", "text/plain", "application/pdf",
            "application/zip")
 
@@ -43,9 +48,9 @@ def read_all(url: str, pdf: bytes, accept: str, visualize: bool) -> dict[str, fl
     with requests.post(f"{url}/ocr", files={"file": ("doc.pdf", pdf)},
                        data={"visualize": str(visualize).lower()}, stream=True,
                        headers={"Accept": accept}, timeout=900) as response:
-        size = sum(len(chunk) for chunk in response.iter_content(1 << 20))
         if response.status_code != 200:
-            raise RuntimeError(f"{accept}: {response.status_code} {response.text[:200]}")
+            raise RuntimeError(f"{accept}: {response.status_code} {response.text[:300]}")
+        size = sum(len(chunk) for chunk in response.iter_content(1 << 20))
         return {"answer_mb": round(size / 2**20, 1)}
 
 
@@ -67,47 +72,70 @@ def upload(megabytes: int) -> bytes:
     return out.getvalue()
 
 
+def documents_asked(pages: int, scanned: int, real: bool) -> list[tuple[str, int, bytes]]:
+    """(kind, pages, PDF) of each document the formats are asked for."""
+    asked = [] if real else [(BORN_DIGITAL, n, documents.dense_pdf(n))
+                             for n in (max(1, pages // 10), pages)]
+    return asked + ([(SCANNED, scanned, scans.scanned_pdf(scanned))] if scanned else [])
+
+
 def measure() -> dict[str, Any]:
     pages, count = report.knob("BENCH_GW_PAGES", 300), report.knob("BENCH_GW_UPLOADS", 20)
     megabytes, logs = report.knob("BENCH_GW_UPLOAD_MB", 100), report.log_dir("gateway-memory")
-    env = local_fleet.sim_worker_env(5, OCR_QUEUE_SIZE="8", OCR_MAX_PAGES="5000")
+    scanned = report.knob("BENCH_GW_SCANNED", 300)
+    workers = local_fleet.workers(2, local_fleet.real_worker_env(
+        max(1, (os.cpu_count() or 2) // 2)), logs, timeout=600) if REAL \
+        else local_fleet.workers(4, local_fleet.sim_worker_env(
+            5, OCR_QUEUE_SIZE="8", OCR_MAX_PAGES="5000"), logs)
     gateway_env = {"GATEWAY_PROCESSES": "1", "GATEWAY_HTTP_THREADS": str(count + 4)}
-    with local_fleet.workers(4, env, logs) as workers:
-        urls = [local_fleet.url_of(w) for w in workers]
+    with workers as started:
+        urls = [local_fleet.url_of(w) for w in started]
         with local_fleet.gateway(urls, logs, gateway_env) as gateway:
             url, meter = local_fleet.url_of(gateway), PeakRss(gateway.process.pid)
             read_all(url, documents.dense_pdf(2), FORMATS[3], False)  # builders started
-            counts = [max(1, pages // 10), pages]
-            pdfs = {n: documents.dense_pdf(n) for n in counts}
             formats = peaks(meter, [
-                ({"pages": n, "format": accept, "visualize": on},
-                 functools.partial(read_all, url, pdfs[n], accept, on))
-                for n, on, accept in itertools.product(counts, (False, True), FORMATS)])
+                ({"document": kind, "pages": n, "format": accept, "visualize": on},
+                 functools.partial(read_all, url, pdf, accept, on))
+                for (kind, n, pdf), on, accept in itertools.product(
+                    documents_asked(pages, scanned, REAL), (False,) if REAL else (False, True),
+                    FORMATS)])
+            result = {**report.stamp(report.engine_info(urls)), "gateway_env": gateway_env,
+                      "formats": formats}
+            if REAL:
+                return result
             pdf = upload(megabytes)
             bodies = {"multipart": {"files": {"file": ("d.pdf", pdf)}},
                       "json": {"json": {"file": base64.b64encode(pdf).decode()}}}
-            return {**report.stamp(report.engine_info(urls)), "gateway_env": gateway_env,
-                    "formats": formats, "uploads": peaks(meter, [
-                        ({"body": name, "uploads": count, "upload_mb": megabytes},
-                         functools.partial(send_at_once, url, count, body))
-                        for name, body in bodies.items()])}
+            return {**result, "uploads": peaks(meter, [
+                ({"body": name, "uploads": count, "upload_mb": megabytes},
+                 functools.partial(send_at_once, url, count, body))
+                for name, body in bodies.items()])}
 
 
 def table(result: dict[str, Any]) -> str:
-    most = max(r["pages"] for r in result["formats"])
-    fewer = {(r["format"], r["visualize"]): r["peak_growth_mb"] for r in result["formats"]
-             if r["pages"] != most}
-    answers = [[r["format"], "on" if r["visualize"] else "off", r["answer_mb"],
-                r["peak_growth_mb"], fewer[(r["format"], r["visualize"])], r["peak_mb"]]
-               for r in result["formats"] if r["pages"] == most]
-    sent = [[u["body"], f"{u['uploads']} x {u['upload_mb']} MB", u["answered_200"],
-             u["answered_429"], u["peak_growth_mb"], u["peak_mb"]] for u in result["uploads"]]
-    return "\n".join([
-        report.markdown(["format", "visualize", f"answer MB ({most} pages)",
-                         f"peak +MB ({most} pages)", f"peak +MB ({most // 10} pages)",
-                         "peak RSS MB"], answers), "",
-        report.markdown(["uploads at once", "size", "200", "429", "peak +MB", "peak RSS MB"], sent),
-        f"\n{report.measured(result)} (gateway: {result['gateway_env']})."])
+    """A row per format and visualize; a column of peak growth per document asked (results
+    before the scanned PDF have born-digital rows only), the largest answer and peak RSS."""
+    rows = result["formats"]
+    kinds = sorted({(r.get("document", BORN_DIGITAL), r["pages"]) for r in rows},
+                   key=lambda k: (k[0] != BORN_DIGITAL, -k[1]))
+    cases: dict[tuple, list[dict]] = {}
+    for r in rows:
+        cases.setdefault((r["format"], r["visualize"]), []).append(r)
+    cell = {(r["format"], r["visualize"], r.get("document", BORN_DIGITAL), r["pages"]):
+            r["peak_growth_mb"] for r in rows}
+    answers = [[accept, "on" if on else "off",
+                *[cell.get((accept, on, *kind), "") for kind in kinds],
+                max(r["answer_mb"] for r in found), max(r["peak_mb"] for r in found)]
+               for (accept, on), found in cases.items()]
+    lines = [report.markdown(["format", "visualize",
+                              *[f"peak +MB ({n} {kind} pages)" for kind, n in kinds],
+                              "largest answer MB", "peak RSS MB"], answers)]
+    if result.get("uploads"):
+        sent = [[u["body"], f"{u['uploads']} x {u['upload_mb']} MB", u["answered_200"],
+                 u["answered_429"], u["peak_growth_mb"], u["peak_mb"]] for u in result["uploads"]]
+        lines += ["", report.markdown(["uploads at once", "size", "200", "429", "peak +MB",
+                                       "peak RSS MB"], sent)]
+    return "\n".join([*lines, f"\n{report.measured(result)} (gateway: {result['gateway_env']})."])
 
 
 if __name__ == "__main__":

@@ -10,11 +10,14 @@ memory soak (loadtest/bench_memory.py) and the worker's memory experiments:
 - `cjk_scan`: a dense Chinese book page at 300 dpi
 - `scanned`: a flatbed scanner's skew, blur, tint and noise over any clean page (the accuracy
   corpus's scans at 150-400 dpi, samples/accuracy_corpus.py)
+- `scanned_pdf`: a long scanned PDF of dense letters, one gray JPEG a page (the gateway memory
+  bench's scanned document)
 
 Every generator is deterministic in its seed. `scan_set(n)` cycles through all kinds."""
 
 from __future__ import annotations
 
+import io
 import random
 from typing import Callable
 
@@ -166,3 +169,31 @@ def scanned(page: Image.Image, dpi: float, seed: int = 0, skew: float | None = N
     pixels = cv2.GaussianBlur(pixels, (0, 0), 0.5).astype(np.int16) - rng.randint(6, 16)
     pixels += np.random.default_rng(seed).normal(0, 4, (height, width)).astype(np.int16)
     return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8), "L")
+
+
+def scanned_pdf(pages: int, dpi: int = 200, seed: int = 0, quality: int = 50) -> bytes:
+    """A long scanned PDF as an office scanner writes one: `pages` dense letters, each
+    `scanned` at `dpi` and stored as an 8-bit gray JPEG (DCTDecode; about 0.4 MB a page at
+    200 dpi and quality 50), drawn at the page size the scan stands for. Built a page at a
+    time, so one page's pixels are held at once."""
+    import pikepdf
+    from pikepdf import Array, Dictionary, Name
+
+    document = pikepdf.new()
+    for index in range(pages):
+        page = scanned(documents.dense_page(seed + index, dpi=dpi), dpi, seed + index)
+        jpeg = io.BytesIO()
+        page.save(jpeg, "JPEG", quality=quality)
+        image = pikepdf.Stream(document, jpeg.getvalue())
+        image.update(Dictionary(Type=Name.XObject, Subtype=Name.Image, Width=page.width,
+                                Height=page.height, BitsPerComponent=8,
+                                ColorSpace=Name.DeviceGray, Filter=Name.DCTDecode))
+        width_pt, height_pt = page.width * 72 / dpi, page.height * 72 / dpi
+        content = pikepdf.Stream(document, f"q {width_pt:.4f} 0 0 {height_pt:.4f} 0 0 cm "
+                                           "/Im0 Do Q".encode())
+        document.pages.append(pikepdf.Page(Dictionary(
+            Type=Name.Page, MediaBox=Array([0, 0, width_pt, height_pt]),
+            Resources=Dictionary(XObject=Dictionary(Im0=image)), Contents=content)))
+    buffer = io.BytesIO()
+    document.save(buffer, static_id=True)
+    return buffer.getvalue()

@@ -259,7 +259,7 @@ def test_accept_negotiation_and_fields():
 
 class FakePdfBuilder:
     def build(self, *args):
-        return b"%PDF-1.7 stand-in"
+        return io.BytesIO(b"%PDF-1.7 stand-in")
 
 
 def answer(pages: list[PageOutcome]) -> Answer:

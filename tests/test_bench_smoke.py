@@ -181,6 +181,43 @@ def test_generated_scans_have_the_promised_sizes():
     assert names[0].startswith("table:") and names[1].startswith("receipt:")
 
 
+def test_a_scanned_pdf_holds_a_gray_jpeg_a_page_at_its_resolution():
+    from samples import scans
+    from samples.accuracy_corpus import embedded_image
+    from services.documents import pdf
+
+    data = scans.scanned_pdf(2, dpi=100)
+    assert pdf.count_pdf_pages(data) == 2
+    for page in pdf.open_pdf(data):
+        [placed] = pdf.placed_images(page)
+        assert placed.width_pt == pytest.approx(page.get_width(), abs=0.01)
+        assert placed.width_px / placed.width_pt * 72 == pytest.approx(100, abs=0.1)
+    filters, pixels = embedded_image(data)
+    assert filters == ["/DCTDecode"] and pixels.ndim == 2  # gray, as text is scanned
+    assert scans.scanned_pdf(2, dpi=100) == data  # deterministic
+
+
+def test_gateway_memory_benchmark_smoke(results, monkeypatch):
+    """`make bench-gateway-memory` with a few pages: a row for each document (born-digital at
+    two sizes, scanned) in every format, visualize on and off, each answered 200 (else it
+    raises); its table has a column per document, and a result from before the scanned PDF
+    still renders."""
+    from loadtest import bench_gateway_memory as bench
+
+    for name, value in {"BENCH_GW_PAGES": "10", "BENCH_GW_SCANNED": "3",
+                        "BENCH_GW_UPLOADS": "2", "BENCH_GW_UPLOAD_MB": "2"}.items():
+        monkeypatch.setenv(name, value)
+    result = bench.measure()
+    cases = {(r["document"], r["pages"], r["format"], r["visualize"]) for r in result["formats"]}
+    assert len(cases) == 3 * len(bench.FORMATS) * 2
+    assert {(d, n) for d, n, *_ in cases} == {("born-digital", 10), ("born-digital", 1),
+                                             ("scanned", 3)}
+    assert all(u["answered_200"] + u["answered_429"] == 2 for u in result["uploads"])
+    assert "peak +MB (3 scanned pages)" in bench.table(result)
+    before = json.loads((REPO_ROOT / "docs/figures/gateway-memory-before.json").read_text())
+    assert "scanned" not in bench.table(before) and "300 born-digital" in bench.table(before)
+
+
 def test_batch_client_benchmark_smoke(results, tmp_path):
     from loadtest import bench_batch
 

@@ -266,3 +266,71 @@ def test_a_pdf_pikepdf_cannot_read_is_a_422():
     with pytest.raises(ApiError) as caught:
         searchable_pdf(b"%PDF-1.7 nothing else", "pdf", [], DEFAULT_PDF_FONTS)
     assert caught.value.status == 422
+
+
+# ---- the builder process ---------------------------------------------------------------
+def padded_pdf(megabytes: int, streams: int = 1) -> bytes:
+    """A valid one-page PDF carrying `megabytes` of random bytes in `streams` streams its page
+    refers to (as a scan's pages carry their images), so a rewrite copies them through."""
+    import os
+
+    with pikepdf.open(io.BytesIO(documents.labelled_pdf(1, lines_per_page=0))) as padded:
+        padded.pages[0].obj.Padding = pikepdf.Array([
+            pikepdf.Stream(padded, os.urandom(megabytes * 2**20 // streams))
+            for _ in range(streams)])
+        out = io.BytesIO()
+        padded.save(out, compress_streams=False)
+    return out.getvalue()
+
+
+def test_a_large_document_is_rewritten_without_its_bytes_held_in_the_builder(
+        tmp_path, monkeypatch):
+    """150 MB in 30 streams (a scan's images) under the default 512 MB builder: the builder
+    reads the input from a file and writes the PDF to one (holding the document and the PDF
+    in its memory, as it once did, takes it past 512 MB). Their disk comes from the budget
+    while they are needed, and nothing is left behind."""
+    import tempfile
+
+    from gateway.outputs.sandbox import PdfBuilder
+    from gateway.outputs.spool import DiskBudget
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    data, budget = padded_pdf(150, streams=30), DiskBudget(1 << 30)
+    width, height = pdfcheck.page_sizes(data)[0]
+    pdf = PdfBuilder().build(data, "pdf", [PageText(0, width, height, LINES[:1])],
+                             DEFAULT_PDF_FONTS, budget)
+    try:
+        assert budget.used == pdf.size > len(data)  # the input's copy given back
+        built = pdf.read()
+        assert len(built) == pdf.size and pdfcheck.page_sizes(built) == [(width, height)]
+        assert "Invoice number 4711" in pdfcheck.page_texts(built)[0]
+    finally:
+        pdf.close()
+    assert budget.used == 0 and not list(tmp_path.glob("ocrfleet-*"))
+
+
+def test_a_build_the_disk_budget_cannot_hold_is_a_503_before_it_starts(tmp_path, monkeypatch):
+    import tempfile
+
+    from gateway.outputs.sandbox import PdfBuilder
+    from gateway.outputs.spool import DiskBudget
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    data = documents.labelled_pdf(1)
+    with pytest.raises(ApiError) as caught:
+        PdfBuilder().build(data, "pdf", [], (), DiskBudget(len(data) + 100))
+    assert caught.value.status == 503
+    assert not list(tmp_path.glob("ocrfleet-*"))
+
+
+def test_a_stream_the_builder_cannot_copy_is_a_422_not_a_pdf_without_it():
+    """qpdf writes a stream it has no memory to copy as empty, and only warns: the builder
+    answers 422 rather than a searchable PDF that lost 100 MB of the document."""
+    from gateway.outputs.sandbox import PdfBuilder, SandboxLimits
+
+    data = padded_pdf(100)
+    width, height = pdfcheck.page_sizes(data)[0]
+    with pytest.raises(ApiError) as caught:
+        PdfBuilder(SandboxLimits(memory_mb=256)).build(
+            data, "pdf", [PageText(0, width, height, LINES[:1])], DEFAULT_PDF_FONTS)
+    assert caught.value.status == 422 and "memory" in caught.value.message

@@ -8,9 +8,10 @@ pages in order (`Answer`). Errors are JSON envelopes whatever was asked for."""
 
 from __future__ import annotations
 
+import shutil
 import zipfile
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, MutableMapping
+from typing import Any, BinaryIO, Callable, Iterator, MutableMapping
 
 from flask import Response
 from werkzeug.datastructures import MIMEAccept
@@ -89,9 +90,10 @@ class Answer:
 def respond(fmt: str, answer: Answer, fonts: tuple[str, ...], builder: PdfBuilder,
             disk: DiskBudget = UNBOUNDED) -> Response:
     """The whole document in `fmt` (anything but NDJSON, which its caller streams); the
-    searchable PDF is built by `builder`, in a process of its own (sandbox.py). A ZIP is
-    written whole before its first byte is sent, into a file whose disk comes out of the
-    process's `disk` budget: any error it meets is a JSON answer, not a cut-off 200."""
+    searchable PDF is built by `builder`, in a process of its own (sandbox.py), into a file.
+    The PDF and a ZIP are written whole before their first byte is sent, into files whose
+    disk comes out of the process's `disk` budget: any error they meet is a JSON answer, not
+    a cut-off 200."""
     headers = {protocol.PAGES: str(answer.num_pages)}  # pages OCR'd, for clients' progress
     if fmt == JSON:
         return Response(paddlex.envelope_chunks(answer.log_id, answer.pages(),
@@ -112,16 +114,24 @@ def respond(fmt: str, answer: Answer, fonts: tuple[str, ...], builder: PdfBuilde
     if fmt == ZIP:
         disk.check(ZIP_MEMORY_BYTES)  # before the PDF is built
     pdf = builder.build(answer.file_bytes(), answer.kind,
-                        [paddlex.page_layout(page) for page in answer.pages()], fonts)
+                        [paddlex.page_layout(page) for page in answer.pages()], fonts, disk)
     if fmt == PDF:
-        return Response(pdf, mimetype=PDF, headers=headers)
-    archive = _zip_file(answer, pdf, disk)
-    response = Response(_chunks(archive), mimetype=ZIP, headers=headers)
-    response.call_on_close(archive.close)
+        return _streamed(pdf, PDF, {**headers, "Content-Length": str(pdf.size)})
+    try:
+        archive = _zip_file(answer, pdf, disk)
+    finally:
+        pdf.close()
+    return _streamed(archive, ZIP, headers)
+
+
+def _streamed(file: BinaryIO, mimetype: str, headers: dict[str, str]) -> Response:
+    """A file sent a chunk at a time from where it stands, and closed with the response."""
+    response = Response(_chunks(file), mimetype=mimetype, headers=headers)
+    response.call_on_close(file.close)
     return response
 
 
-def _zip_file(answer: Answer, pdf: bytes, disk: DiskBudget) -> MeteredSpool:
+def _zip_file(answer: Answer, pdf: BinaryIO, disk: DiskBudget) -> MeteredSpool:
     """The ZIP, each member written a chunk at a time into a spooled file (memory up to a
     few MB, then disk, at most `disk.answer_bytes`), rewound: its size never sits in the
     gateway's memory."""
@@ -141,7 +151,9 @@ def _zip_file(answer: Answer, pdf: bytes, disk: DiskBudget) -> MeteredSpool:
                 with archive.open(info, "w", force_zip64=True) as out:
                     for chunk in chunks:
                         out.write(chunk)
-            archive.writestr(zipfile.ZipInfo(ZIP_MEMBERS[PDF], ZIP_DATE), pdf)
+            with archive.open(zipfile.ZipInfo(ZIP_MEMBERS[PDF], ZIP_DATE), "w",
+                              force_zip64=True) as out:
+                shutil.copyfileobj(pdf, out, 1 << 20)
         spooled.seek(0)
     except BaseException:
         spooled.close()
@@ -149,6 +161,6 @@ def _zip_file(answer: Answer, pdf: bytes, disk: DiskBudget) -> MeteredSpool:
     return spooled
 
 
-def _chunks(spooled: MeteredSpool) -> Iterator[bytes]:
-    while chunk := spooled.read(1 << 20):
+def _chunks(file: BinaryIO) -> Iterator[bytes]:
+    while chunk := file.read(1 << 20):
         yield chunk

@@ -1,5 +1,5 @@
 """The searchable PDF: the input's own pages with an invisible text layer added. Pure: the
-input bytes, its kind and its OCR'd pages in, PDF bytes out.
+input, its kind and its OCR'd pages in, the PDF written out (files, or bytes).
 
 A PDF input keeps every page object, content stream and resource as it was (no
 re-rasterising; streams are written back undecoded and not recompressed); each OCR'd page
@@ -15,12 +15,14 @@ Pages that have text of their own (PageText.own_text: the worker read them with 
 
 from __future__ import annotations
 
+import contextlib
 import io
+from typing import BinaryIO
 
 import pikepdf
 from pikepdf import Name
 
-from services.ocr_api.errors import unprocessable
+from services.ocr_api.errors import excerpt, unprocessable
 from services.ocr_api.sniff import KIND_PDF
 
 from .fonts import pick_font
@@ -112,10 +114,15 @@ def add_layer(page: pikepdf.Page, form: pikepdf.Object, width_px: float,
     page.contents_add(f"Q\nq {numbers} cm {name} Do Q\n".encode())
 
 
-def _open(file_bytes: bytes, kind: str) -> pikepdf.Pdf:
-    data = file_bytes if kind == KIND_PDF else image_pdf(file_bytes)
+def _open(source: str | BinaryIO, kind: str) -> pikepdf.Pdf:
+    """The input (a path or a binary file) to rewrite: a PDF read as it is needed, an image
+    made a PDF first."""
+    if kind != KIND_PDF:
+        with open(source, "rb") if isinstance(source, str) else contextlib.nullcontext(
+                source) as image:
+            source = io.BytesIO(image_pdf(image.read()))
     try:
-        return pikepdf.open(io.BytesIO(data))
+        return pikepdf.open(source)
     except pikepdf.PasswordError:
         raise unprocessable("The PDF is encrypted with a password: send an unencrypted "
                             "copy") from None
@@ -123,24 +130,34 @@ def _open(file_bytes: bytes, kind: str) -> pikepdf.Pdf:
         raise unprocessable(f"The PDF cannot be rewritten ({exc})") from None
 
 
-def _save(document: pikepdf.Pdf) -> bytes:
-    out = io.BytesIO()
-    # written back as read: streams neither decoded nor (re)compressed
+def _save(document: pikepdf.Pdf, out: BinaryIO) -> None:
+    """Written back as read: streams neither decoded nor (re)compressed. qpdf does not stop
+    where it cannot copy a stream (its memory ran out, its bytes are missing): it warns and
+    writes the stream empty. Any warning while saving is therefore an error here, never a
+    PDF that lost part of the document."""
+    seen = len(document.get_warnings())
     document.save(out, compress_streams=False,
                   stream_decode_level=pikepdf.StreamDecodeLevel.none)
-    return out.getvalue()
+    trouble = document.get_warnings()[seen:]
+    if any("bad_alloc" in warning for warning in trouble):
+        raise MemoryError(trouble[0])
+    if trouble:
+        raise unprocessable(f"The PDF cannot be rewritten whole ({excerpt(trouble[0], 120)}): "
+                            "ask for JSON or text, or send a re-saved copy")
 
 
-def searchable_pdf(file_bytes: bytes, kind: str, pages: list[PageText],
-                   fonts: tuple[str, ...]) -> bytes:
-    """The input with each OCR'd page's lines as an invisible, extractable text layer; a page
-    that has text of its own (textLayer "auto") is left as it is, as OCRmyPDF's --skip-text
-    does: its text is extractable already, and a second layer would double it."""
+def write_searchable_pdf(source: str | BinaryIO, kind: str, pages: list[PageText],
+                         fonts: tuple[str, ...], out: BinaryIO) -> None:
+    """The input (`source`: a path or a binary file) with each OCR'd page's lines as an
+    invisible, extractable text layer, written to `out` as it is made: a scanned document's
+    images are read and written a stream at a time, never held whole. A page that has text of
+    its own (textLayer "auto") is left as it is, as OCRmyPDF's --skip-text does: its text is
+    extractable already, and a second layer would double it."""
     pages = [page for page in pages if not page.own_text]
     text = "".join(line.text for page in pages for line in page.lines)
-    with _open(file_bytes, kind) as document:
+    with _open(source, kind) as document:
         if not text:
-            return _save(document)
+            return _save(document, out)
         layer_bytes, placed = text_layer_pdf(pages, pick_font(fonts, text))
         # the layer stays open until saved: copied streams are read from it then
         with pikepdf.open(io.BytesIO(layer_bytes)) as layer:
@@ -151,4 +168,12 @@ def searchable_pdf(file_bytes: bytes, kind: str, pages: list[PageText],
                                         "document has no such page")
                 form = document.copy_foreign(layer_page.as_form_xobject())
                 add_layer(document.pages[page.page_index], form, page.width, page.height)
-            return _save(document)
+            return _save(document, out)
+
+
+def searchable_pdf(file_bytes: bytes, kind: str, pages: list[PageText],
+                   fonts: tuple[str, ...]) -> bytes:
+    """write_searchable_pdf's PDF of these bytes, as bytes."""
+    out = io.BytesIO()
+    write_searchable_pdf(io.BytesIO(file_bytes), kind, pages, fonts, out)
+    return out.getvalue()

@@ -11,7 +11,13 @@ RLIMIT_DATA at `memory_mb`, at most `processes` at once per gateway process. A b
 for its turn first; its `timeout_s` starts when its process does, so time spent behind
 another document is not counted against it. A build that runs out of memory or time is
 killed, alone, and its caller gets a 422 saying the document is too complex to rewrite here;
-the builds queued or running beside it, and the other formats (JSON, text), are unaffected."""
+the builds queued or running beside it, and the other formats (JSON, text), are unaffected.
+
+The builder reads the input from a temporary file and writes the PDF into another, which the
+gateway then streams (spool.DiskFile, on the answers' disk budget); only the OCR'd lines and
+whether it succeeded pass through the pipe. A 300-page scanned PDF (over 100 MB of images)
+is then never held again in either process's memory: the builder's grows with the document's
+structure, not with its images."""
 
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ from dataclasses import dataclass
 from services.ocr_api.errors import ApiError, excerpt, unprocessable
 
 from .layout import PageText
+from .spool import UNBOUNDED, DiskBudget, DiskFile
 
 log = logging.getLogger("gateway.outputs")
 
@@ -43,29 +50,33 @@ def _limit_memory(memory_mb: int) -> None:
     resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
 
 
-def _build(file_bytes: bytes, kind: str, pages: list[PageText],
-           fonts: tuple[str, ...]) -> bytes:
-    from .pdf import searchable_pdf
+def _build(source_path: str, kind: str, pages: list[PageText], fonts: tuple[str, ...],
+           out_path: str) -> None:
+    from .pdf import write_searchable_pdf
 
     try:
-        return searchable_pdf(file_bytes, kind, pages, fonts)
+        # into the file the gateway holds open: pikepdf would save a path by replacing it
+        with open(out_path, "wb") as out:
+            write_searchable_pdf(source_path, kind, pages, fonts, out)
     except MemoryError:
         raise _too_complex("its structure needs more memory than a builder is given") \
             from None
 
 
-def _builder(answer, memory_mb: int, file_bytes: bytes, kind: str, pages: list[PageText],
-             fonts: tuple[str, ...]) -> None:
-    """A builder process: one document's PDF, or the ApiError it ends in, sent back once."""
+def _builder(answer, memory_mb: int, source_path: str, kind: str, pages: list[PageText],
+             fonts: tuple[str, ...], out_path: str) -> None:
+    """A builder process: one document's PDF read from source_path and written to out_path,
+    then None (done) or the ApiError it ends in, sent back once."""
     _limit_memory(memory_mb)
     try:
-        result = (True, _build(file_bytes, kind, pages, fonts))
+        _build(source_path, kind, pages, fonts, out_path)
+        result = None
     except ApiError as exc:
-        result = (False, exc)
+        result = exc
     except Exception as exc:  # the PDF library's own error on what it was given
         log.warning("searchable PDF build failed: %r", exc)
-        result = (False, _too_complex(f"the PDF library stopped on it "
-                                      f"({excerpt(str(exc) or type(exc).__name__, 80)})"))
+        result = _too_complex(f"the PDF library stopped on it "
+                              f"({excerpt(str(exc) or type(exc).__name__, 80)})")
     answer.send(result)
     answer.close()
 
@@ -91,19 +102,32 @@ class PdfBuilder:
             return self._context
 
     def build(self, file_bytes: bytes, kind: str, pages: list[PageText],
-              fonts: tuple[str, ...]) -> bytes:
+              fonts: tuple[str, ...], disk: DiskBudget = UNBOUNDED) -> DiskFile:
         """The searchable PDF, built in a process of its own once one of `processes` turns
-        is free; 422 when it needs more memory or time than a builder is given."""
+        is free, from a copy of the input on disk into a temporary file, both on `disk`'s
+        budget (the PDF is the input's own streams and a text layer: the input's size is
+        taken for it before the build); the PDF open for reading from its start, gone when
+        closed. 422 when it needs more memory or time than a builder is given, 503 when
+        `disk` is taken."""
         with self._turns:  # waiting here is not the document's time
-            return self._run(file_bytes, kind, pages, fonts)
+            with DiskFile(disk, len(file_bytes), "ocrfleet-pdf-input-") as source:
+                source.write_all(file_bytes)
+                out = DiskFile(disk, len(file_bytes), "ocrfleet-pdf-")
+                try:
+                    self._run(source.path, kind, pages, fonts, out.path)
+                    out.written()
+                except BaseException:
+                    out.close()
+                    raise
+                return out
 
-    def _run(self, file_bytes: bytes, kind: str, pages: list[PageText],
-             fonts: tuple[str, ...]) -> bytes:
+    def _run(self, source_path: str, kind: str, pages: list[PageText],
+             fonts: tuple[str, ...], out_path: str) -> None:
         context = self._forkserver()
         receive, send = context.Pipe(duplex=False)
         process = context.Process(target=_builder, daemon=True, name="ocrfleet-pdf-builder",
-                                  args=(send, self.limits.memory_mb, file_bytes, kind, pages,
-                                        fonts))
+                                  args=(send, self.limits.memory_mb, source_path, kind, pages,
+                                        fonts, out_path))
         try:
             process.start()
             send.close()
@@ -111,7 +135,7 @@ class PdfBuilder:
                 log.warning("searchable PDF build over its time limit; its builder killed")
                 raise _too_complex(f"it takes more than {self.limits.timeout_s:g} s")
             try:
-                built, value = receive.recv()
+                failed = receive.recv()
             except (EOFError, OSError, MemoryError):
                 log.warning("searchable PDF builder died (out of memory); killed")
                 raise _too_complex("its structure needs more memory than a builder is "
@@ -120,9 +144,8 @@ class PdfBuilder:
             send.close()
             _end(process)
             receive.close()
-        if not built:
-            raise value
-        return value
+        if failed is not None:
+            raise failed
 
     def close(self) -> None:
         """Nothing is held between builds: each build's process ends with it."""

@@ -13,6 +13,9 @@ and a new answer is refused before any work while the budget is taken."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
 import pickle
 import struct
 import tempfile
@@ -95,6 +98,48 @@ class MeteredSpool(tempfile.SpooledTemporaryFile):
         try:
             super().close()
         finally:
+            taken, self._taken = self._taken, 0
+            if taken:
+                self._budget.give(taken)
+
+
+class DiskFile(io.FileIO):
+    """A named temporary file for another process to read or write by its `path` (the
+    searchable PDF's builder), open here for reading and writing. Its bytes on disk come from
+    `budget`: `expected` of them taken when it is made, settled to its size by `written`
+    (503 past the budget), given back when it is closed, when its name goes too."""
+
+    def __init__(self, budget: DiskBudget, expected: int, prefix: str):
+        self.path, self._budget, self._taken = "", budget, 0  # what close() reads, first
+        self.size = 0
+        budget.take(expected)
+        self._taken = expected
+        descriptor, self.path = tempfile.mkstemp(prefix=prefix)
+        super().__init__(descriptor, "r+")
+
+    def write_all(self, data: bytes) -> None:
+        """`data` written here whole, for the other process to read; settled as `written`."""
+        view = memoryview(data)
+        while view:
+            view = view[self.write(view):]
+        self.written()
+
+    def written(self) -> None:
+        """Once written (here or by the other process): its `size`, taken from the budget;
+        read from the start."""
+        self.size = os.fstat(self.fileno()).st_size
+        self._budget.take(max(0, self.size - self._taken))
+        self._budget.give(max(0, self._taken - self.size))
+        self._taken = self.size
+        self.seek(0)
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self.path:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(self.path)
             taken, self._taken = self._taken, 0
             if taken:
                 self._budget.give(taken)
