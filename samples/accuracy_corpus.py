@@ -506,21 +506,13 @@ def image_only_pdf(image: "Image.Image", dpi: float) -> bytes:
     import zlib
 
     import pikepdf
-    from pikepdf import Array, Dictionary, Name
+
+    from samples import scans
 
     image = image if image.mode in ("L", "RGB") else image.convert("RGB")
-    width_pt, height_pt = image.width * 72 / dpi, image.height * 72 / dpi
     document = pikepdf.new()
-    xobject = pikepdf.Stream(document, zlib.compress(image.tobytes(), 6))
-    xobject.update(Dictionary(Type=Name.XObject, Subtype=Name.Image, Width=image.width,
-                              Height=image.height, BitsPerComponent=8,
-                              ColorSpace=Name.DeviceGray if image.mode == "L" else Name.DeviceRGB,
-                              Filter=Name.FlateDecode))
-    content = pikepdf.Stream(document, f"q {width_pt:.4f} 0 0 {height_pt:.4f} 0 0 cm /Im0 Do Q"
-                             .encode())
-    document.pages.append(pikepdf.Page(Dictionary(
-        Type=Name.Page, MediaBox=Array([0, 0, width_pt, height_pt]),
-        Resources=Dictionary(XObject=Dictionary(Im0=xobject)), Contents=content)))
+    scans.add_image_page(document, zlib.compress(image.tobytes(), 6), image.size,
+                         image.mode == "L", dpi, "FlateDecode")
     buffer = io.BytesIO()
     document.save(buffer, static_id=True)
     return buffer.getvalue()

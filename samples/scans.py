@@ -171,29 +171,41 @@ def scanned(page: Image.Image, dpi: float, seed: int = 0, skew: float | None = N
     return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8), "L")
 
 
-def scanned_pdf(pages: int, dpi: int = 200, seed: int = 0, quality: int = 50) -> bytes:
-    """A long scanned PDF as an office scanner writes one: `pages` dense letters, each
-    `scanned` at `dpi` and stored as an 8-bit gray JPEG (DCTDecode; about 0.4 MB a page at
-    200 dpi and quality 50), drawn at the page size the scan stands for. Built a page at a
-    time, so one page's pixels are held at once."""
+def add_image_page(document, data: bytes, size: tuple[int, int], gray: bool, dpi: float,
+                   encoding: str) -> None:
+    """A page holding only one image, appended to the pikepdf `document`: its encoded
+    `data` (`encoding` the PDF filter's name: "DCTDecode" for a JPEG, "FlateDecode" for raw
+    8-bit pixels deflated) of `size` pixels, drawn at `dpi` (the page size a scanner
+    writes)."""
     import pikepdf
     from pikepdf import Array, Dictionary, Name
+
+    width, height = size
+    image = pikepdf.Stream(document, data)
+    image.update(Dictionary(Type=Name.XObject, Subtype=Name.Image, Width=width, Height=height,
+                            BitsPerComponent=8,
+                            ColorSpace=Name.DeviceGray if gray else Name.DeviceRGB,
+                            Filter=Name("/" + encoding)))
+    width_pt, height_pt = width * 72 / dpi, height * 72 / dpi
+    content = pikepdf.Stream(document, f"q {width_pt:.4f} 0 0 {height_pt:.4f} 0 0 cm "
+                                       "/Im0 Do Q".encode())
+    document.pages.append(pikepdf.Page(Dictionary(
+        Type=Name.Page, MediaBox=Array([0, 0, width_pt, height_pt]),
+        Resources=Dictionary(XObject=Dictionary(Im0=image)), Contents=content)))
+
+
+def scanned_pdf(pages: int, dpi: int = 200, seed: int = 0, quality: int = 50) -> bytes:
+    """A long scanned PDF as an office scanner writes one: `pages` dense letters, each
+    `scanned` at `dpi` and stored as an 8-bit gray JPEG (about 0.4 MB a page at 200 dpi and
+    quality 50). Built a page at a time, so one page's pixels are held at once."""
+    import pikepdf
 
     document = pikepdf.new()
     for index in range(pages):
         page = scanned(documents.dense_page(seed + index, dpi=dpi), dpi, seed + index)
         jpeg = io.BytesIO()
         page.save(jpeg, "JPEG", quality=quality)
-        image = pikepdf.Stream(document, jpeg.getvalue())
-        image.update(Dictionary(Type=Name.XObject, Subtype=Name.Image, Width=page.width,
-                                Height=page.height, BitsPerComponent=8,
-                                ColorSpace=Name.DeviceGray, Filter=Name.DCTDecode))
-        width_pt, height_pt = page.width * 72 / dpi, page.height * 72 / dpi
-        content = pikepdf.Stream(document, f"q {width_pt:.4f} 0 0 {height_pt:.4f} 0 0 cm "
-                                           "/Im0 Do Q".encode())
-        document.pages.append(pikepdf.Page(Dictionary(
-            Type=Name.Page, MediaBox=Array([0, 0, width_pt, height_pt]),
-            Resources=Dictionary(XObject=Dictionary(Im0=image)), Contents=content)))
+        add_image_page(document, jpeg.getvalue(), page.size, True, dpi, "DCTDecode")
     buffer = io.BytesIO()
     document.save(buffer, static_id=True)
     return buffer.getvalue()
