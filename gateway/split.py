@@ -94,9 +94,11 @@ class WholeFile:
 # Pillow's convert("RGB"). A chunk therefore holds each frame already converted the way the
 # worker would convert it inside the whole file (so both paths see the same pixels), except
 # bilevel and 8-bit grey frames, which both decoders expand identically and which stay small
-# kept as they are (a fax page: CCITT group 4). Compression is lossless either way.
-_KEPT_MODES = {"1": "group4", "L": "tiff_adobe_deflate"}
-_RGB_COMPRESSION = "tiff_adobe_deflate"
+# kept as they are (a fax page: CCITT group 4). Compression is lossless either way: LZW for
+# grey and colour, which costs the gateway about a quarter of Deflate's CPU on a scanned
+# frame for a tenth more bytes (docs/capacity.md, section 7).
+_KEPT_MODES = {"1": "group4", "L": "tiff_lzw"}
+_RGB_COMPRESSION = "tiff_lzw"
 DEFAULT_MAX_PIXELS = 50_000_000
 
 
