@@ -334,3 +334,23 @@ def test_a_stream_the_builder_cannot_copy_is_a_422_not_a_pdf_without_it():
         PdfBuilder(SandboxLimits(memory_mb=256)).build(
             data, "pdf", [PageText(0, width, height, LINES[:1])], DEFAULT_PDF_FONTS)
     assert caught.value.status == 422 and "memory" in caught.value.message
+
+
+def test_an_image_too_large_for_the_builder_says_so():
+    """A multi-page TIFF whose PDF does not fit a small builder: a 422 that names the
+    builder's memory (it once said "The image cannot be turned into a PDF page ()", the
+    MemoryError's empty text)."""
+    import numpy as np
+
+    from gateway.outputs.sandbox import PdfBuilder, SandboxLimits
+
+    rng = np.random.default_rng(0)
+    frames = [Image.fromarray(rng.integers(0, 256, (1400, 1000), dtype=np.uint8))
+              for _ in range(40)]
+    buffer = io.BytesIO()
+    frames[0].save(buffer, format="TIFF", save_all=True, append_images=frames[1:],
+                   compression="tiff_lzw")
+    with pytest.raises(ApiError) as caught:
+        PdfBuilder(SandboxLimits(memory_mb=256)).build(buffer.getvalue(), "image", [],
+                                                       DEFAULT_PDF_FONTS)
+    assert caught.value.status == 422 and "more memory than a builder" in caught.value.message

@@ -77,7 +77,7 @@ def image_pdf(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> bytes:
                 pdf.add_page(format=(width, height))
                 pdf.image(source, x=0, y=0, w=width, h=height)
             return bytes(pdf.output())
-    except ApiError:
+    except (ApiError, MemoryError):  # a builder out of memory says so (sandbox.py)
         raise
     except Exception as exc:  # PIL and fpdf2 raise many types on odd images
         raise unprocessable(f"The image cannot be turned into a PDF page ({exc})") from None

@@ -59,8 +59,7 @@ def _build(source_path: str, kind: str, pages: list[PageText], fonts: tuple[str,
         with open(out_path, "wb") as out:
             write_searchable_pdf(source_path, kind, pages, fonts, out)
     except MemoryError:
-        raise _too_complex("its structure needs more memory than a builder is given") \
-            from None
+        raise _too_complex("it needs more memory than a builder is given") from None
 
 
 def _builder(answer, memory_mb: int, source_path: str, kind: str, pages: list[PageText],
@@ -138,8 +137,8 @@ class PdfBuilder:
                 failed = receive.recv()
             except (EOFError, OSError, MemoryError):
                 log.warning("searchable PDF builder died (out of memory); killed")
-                raise _too_complex("its structure needs more memory than a builder is "
-                                   "given") from None
+                raise _too_complex("it needs more memory than a builder is given") \
+                    from None
         finally:
             send.close()
             _end(process)
