@@ -26,6 +26,8 @@ TABLES = [
                    "fleet-images-sent-at-once",
                    "fleet-list-1-process", "fleet-list-2-processes")],
     ("docs/capacity.md", "gateway-memory", "gateway-memory.json", bench_gateway_memory.table),
+    ("docs/capacity.md", "gateway-memory-real", "gateway-memory-real.json",
+     bench_gateway_memory.table),
     ("docs/capacity.md", "gateway-memory-before", "gateway-memory-before.json",
      bench_gateway_memory.table),
     ("docs/benchmarks.md", "scan-pdf", "scan-pdf-accuracy.json", bench_accuracy.scan_pdf_table),
