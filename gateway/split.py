@@ -96,7 +96,7 @@ class WholeFile:
 # bilevel and 8-bit grey frames, which both decoders expand identically and which stay small
 # kept as they are (a fax page: CCITT group 4). Compression is lossless either way: LZW for
 # grey and colour, which costs the gateway about a quarter of Deflate's CPU on a scanned
-# frame for a tenth more bytes (docs/capacity.md, section 7).
+# frame for a tenth more bytes (docs/capacity.md, section 3).
 _KEPT_MODES = {"1": "group4", "L": "tiff_lzw"}
 _RGB_COMPRESSION = "tiff_lzw"
 DEFAULT_MAX_PIXELS = 50_000_000
