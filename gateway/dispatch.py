@@ -12,15 +12,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-import urllib3
-from urllib3.exceptions import HTTPError as TransportError
-from urllib3.exceptions import TimeoutError as TransportTimeout
-
 from services.documents import unicode
 from services.ocr_api import headers as h
 from services.ocr_api import tracing
 
 from . import metrics
+from .connections import Connections, TransportError, TransportTimeout
 from .flow.share import FleetView
 from .outcome import Attempt, Outcome, classify
 from .flow.replicas import Replica
@@ -39,25 +36,21 @@ class DispatchSettings:
     balanced: bool = False
 
 
-def make_pool(maxsize: int) -> urllib3.PoolManager:
-    return urllib3.PoolManager(num_pools=256, maxsize=maxsize, block=False, retries=False)
-
-
-def probe_ready(pool: urllib3.PoolManager, url: str, headers: Mapping[str, str],
+def probe_ready(connections: Connections, url: str, headers: Mapping[str, str],
                 timeout_s: float = 1.5) -> tuple[bool, Mapping[str, str]]:
     """(ready, the answer's headers) of GET /readyz."""
     try:
-        response = pool.request("GET", f"{url}/readyz", timeout=timeout_s, retries=False,
-                                headers=dict(headers))
-        return response.status == 200, response.headers
+        answer = connections.request("GET", url, "/readyz", headers=headers,
+                                     connect_s=timeout_s, read_s=timeout_s)
+        return answer.status == 200, answer.headers
     except TransportError:
         return False, {}
 
 
 class ReplicaClient:
-    def __init__(self, pool: urllib3.PoolManager, settings: DispatchSettings,
+    def __init__(self, connections: Connections, settings: DispatchSettings,
                  fleet: FleetView):
-        self.pool = pool
+        self.connections = connections
         self.settings = settings
         self.fleet = fleet
 
@@ -69,8 +62,6 @@ class ReplicaClient:
         would start that soon, the worker refuses it at once (Outcome.LATER); `path`: the
         worker endpoint (gateway/endpoint.py)."""
         remaining = deadline - time.monotonic()
-        timeout = urllib3.Timeout(connect=min(self.settings.connect_timeout_s, remaining),
-                                  read=min(self.settings.page_timeout_s, remaining))
         headers = {"Content-Type": "application/json", h.LOG_ID: log_id,
                    h.DEADLINE_MS: str(max(1, int(remaining * 1000))),
                    h.PRIORITY: "high" if first else "normal", **self.settings.headers,
@@ -84,12 +75,14 @@ class ReplicaClient:
         metrics.REPLICA_INFLIGHT.labels(replica.url).inc()
         started = time.monotonic()
         try:
-            response = self.pool.request("POST", f"{replica.url}{path}", body=body,
-                                         timeout=timeout, retries=False, headers=headers)
+            response = self.connections.request(
+                "POST", replica.url, path, body=body, headers=headers,
+                connect_s=min(self.settings.connect_timeout_s, remaining),
+                read_s=min(self.settings.page_timeout_s, remaining))
         except TransportError as exc:
             timed_out = isinstance(exc, TransportTimeout)
             kind = "timed out" if timed_out else "unreachable"
-            return Attempt(Outcome.DOWN, None, {}, f"{replica.url} {kind} ({type(exc).__name__})",
+            return Attempt(Outcome.DOWN, None, {}, f"{replica.url} {kind} ({exc})",
                            timed_out=timed_out)
         finally:
             seconds = time.monotonic() - started

@@ -32,7 +32,8 @@ from .assemble import PageOutcome
 from .budget import RetryBudget
 from .cache import Policy, build_cache
 from .config import GatewayConfig
-from .dispatch import DispatchSettings, ReplicaClient, make_pool, probe_ready
+from .connections import Connections
+from .dispatch import DispatchSettings, ReplicaClient, probe_ready
 from .endpoint import OCR, Endpoint
 from .scheduler import Scheduler, SchedulerSettings
 from .outputs.sandbox import PdfBuilder, SandboxLimits
@@ -65,7 +66,7 @@ class GatewayService:
     def __init__(self, config: GatewayConfig, resolver=None):
         self.config = config
         # the send threads', and request threads sending their own image (gateway.scheduler)
-        self.pool = make_pool(maxsize=config.max_inflight + config.http_threads)
+        self.connections = Connections(per_replica=config.max_inflight + config.http_threads)
         auth = worker_auth_headers(config)
         self.fleet = FleetView(default_target=config.replica_target)
         self.cache = build_cache(config)  # None: the page cache is off
@@ -80,7 +81,7 @@ class GatewayService:
         self.answer_disk = DiskBudget(config.temp_disk_mb * 2**20, config.answer_disk_mb * 2**20)
         self.scheduler = Scheduler(
             self.replicas,
-            ReplicaClient(self.pool, DispatchSettings(page_timeout_s=config.page_timeout_s,
+            ReplicaClient(self.connections, DispatchSettings(page_timeout_s=config.page_timeout_s,
                                                       connect_timeout_s=config.connect_timeout_s,
                                                       headers=auth,
                                                       balanced=bool(config.upstream_url)),
@@ -98,7 +99,7 @@ class GatewayService:
 
     def _probe(self, url: str, headers: Mapping[str, str]):
         """GET /readyz of one replica; the engine it says it runs goes to the page cache."""
-        ready, answer = probe_ready(self.pool, url, headers)
+        ready, answer = probe_ready(self.connections, url, headers)
         if self.cache is not None and ready:
             self.cache.engines.observe(url, answer.get(h.ENGINE))
         return ready, answer
@@ -298,6 +299,7 @@ class GatewayService:
         self.health.stop()
         self.scheduler.stop()
         self.executor.shutdown(wait=False, cancel_futures=True)
+        self.connections.close()
 
 
 def _count_pages(pages: list[PageOutcome]) -> None:

@@ -216,13 +216,13 @@ def test_with_a_list_document_pages_ask_the_worker_to_refuse_them_beyond_its_tar
 
     sent = []
 
-    class Pool:
-        def request(self, method, url, *, body, timeout, retries, headers):
+    class Connections:
+        def request(self, method, url, path, *, headers, body, connect_s, read_s):
             sent.append(headers.get("X-Ocr-Within-Target"))
             return SimpleNamespace(status=200, data=b'{"result": {}}', headers={})
 
     for balanced in (False, True):
-        client = ReplicaClient(Pool(), DispatchSettings(5.0, 1.0, balanced=balanced),
+        client = ReplicaClient(Connections(), DispatchSettings(5.0, 1.0, balanced=balanced),
                                FleetView())
         for first in (False, True):
             client.post(Replica("http://w"), b"{}", log_id="t",

@@ -255,7 +255,8 @@ def test_an_image_asking_to_start_soon_goes_on_a_connection_of_its_own():
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from gateway.dispatch import DispatchSettings, ReplicaClient, make_pool
+    from gateway.connections import Connections
+    from gateway.dispatch import DispatchSettings, ReplicaClient
     from gateway.flow.share import FleetView
     from gateway.flow import Replica
 
@@ -284,7 +285,7 @@ def test_an_image_asking_to_start_soon_goes_on_a_connection_of_its_own():
     server = ThreadingHTTPServer(("127.0.0.1", 0), Worker)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        client = ReplicaClient(make_pool(4), DispatchSettings(5.0, 2.0, balanced=True),
+        client = ReplicaClient(Connections(4), DispatchSettings(5.0, 2.0, balanced=True),
                                FleetView())
         replica = Replica(f"http://127.0.0.1:{server.server_port}")
         post = lambda **kw: client.post(replica, b"{}", log_id="t",  # noqa: E731
