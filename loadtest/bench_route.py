@@ -3,18 +3,25 @@ core routes >= 400 pages/s, <= 2.5 ms of CPU per page, whatever the fleet's size
 process in front of 0-ms sim workers, as a list (the gateway picks each replica) and behind
 nginx; 10 s of a closed loop of small images; the gateway's CPU seconds over the run, health
 probes and board included, with the gateway on a core of its own where the machine has two
-(loadtest.procstats.apart). Then the flow objects alone, in this process (`flow_cost`): the
-part of a page's cost that could grow with the fleet, measured apart from HTTP and from other
-load on the machine. Writes route.json."""
+(loadtest.procstats.apart). Then the floor under it (`http_floor`): the same loop through a
+relay that only takes each request in and sends it on (loadtest/relay_app.py), what HTTP in
+Python costs on this machine before the gateway does anything of its own. Then the flow objects
+alone, in this process (`flow_cost`): the part of a page's cost that could grow with the
+fleet, measured apart from HTTP and from other load on the machine. Writes route.json."""
 
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from gateway.flow.share import FleetView
 from gateway.outcome import Attempt, Outcome
 from gateway.flow import ListedReplicas
-from loadtest import bench_fleet, report
+from loadtest import bench_fleet, local_fleet, report
+from loadtest.loadgen import run_closed_loop
+from loadtest.payloads import small_image_payloads
+from loadtest.procstats import ForeignLoad, apart
+from scripts.fleet import BIN, ManagedProcess, free_port
 from services.ocr_api import headers
 from services.ocr_worker.capacity import Pace, Presence
 
@@ -61,15 +68,38 @@ def flow_cost(workers: int, urgent: bool, pages: int = 6000) -> float:
     return round(spent / pages * 1000, 3)
 
 
+def http_floor(log_dir: Path, workers: int = 16) -> dict[str, Any]:
+    """run_route's loop (10 s, 32 clients, small images) through the relay instead of a
+    gateway: its pages per CPU-second, on a core of its own as the gateway's."""
+    with local_fleet.workers(workers, local_fleet.sim_worker_env(0.0), log_dir) as fleet:
+        port = free_port()
+        relay = ManagedProcess(
+            f"relay:{port}", [str(BIN / "gunicorn"), "-w", "1", "-k", "gthread", "--threads",
+                              "64", "-b", f"127.0.0.1:{port}", "loadtest.relay_app:wsgi_app()"],
+            {"RELAY_WORKERS": ",".join(local_fleet.url_of(w) for w in fleet)},
+            f"http://127.0.0.1:{port}/readyz", log_dir / f"relay-{port}.log")
+        with local_fleet.running([relay], 60.0), apart([relay], fleet) as alone, \
+                ForeignLoad([relay]) as sampler:
+            result = run_closed_loop(f"http://127.0.0.1:{port}", small_image_payloads(8), 32,
+                                     duration_s=10.0, warmup_s=1.0)
+    pages, cpu_s = len(result.completions), sampler.cpu_s
+    return {"workers": workers, "pages": pages, "failures": result.failure_count,
+            "pages_per_s": round(result.pages_per_s(), 1), "cpu_s": round(cpu_s, 2),
+            "pages_per_core_s": round(pages / cpu_s, 1) if cpu_s else None,
+            "core_to_itself": alone}
+
+
 def measure() -> dict[str, Any]:
     log_dir = report.log_dir("route")
     runs = [{"mode": mode, **bench_fleet.run_route(log_dir, workers, mode)}
             for mode, workers in SHAPES]
+    floor = http_floor(log_dir)
     flow = [{"workers": workers, "image_ms": flow_cost(workers, True),
              "document_page_ms": flow_cost(workers, False)} for workers in (16, 128)]
     return {"goal_pages_per_gateway_core_s": GOAL_PAGES_PER_CORE_S, "runs": runs,
-            "flow_objects_cpu_ms_per_page": flow,
-            "failures": sum(run["failures"] for run in runs), **report.stamp()}
+            "http_floor": floor, "flow_objects_cpu_ms_per_page": flow,
+            "failures": sum(run["failures"] for run in runs) + floor["failures"],
+            **report.stamp()}
 
 
 def table(result: dict[str, Any]) -> str:
@@ -80,10 +110,17 @@ def table(result: dict[str, Any]) -> str:
             for run in result["runs"]]
     flow = [[f["workers"], f["image_ms"], f["document_page_ms"]]
             for f in result.get("flow_objects_cpu_ms_per_page", [])]
+    floor = result.get("http_floor")
+    floor_text = "" if floor is None else (
+        f"\nThe floor: a relay that only takes each request in and sends it on "
+        f"(loadtest/relay_app.py, gunicorn and Flask as the gateway), {floor['workers']} "
+        f"replicas: {floor['pages_per_core_s']} pages per CPU-second "
+        f"({round(1000 / floor['pages_per_core_s'], 2) if floor['pages_per_core_s'] else '-'} "
+        f"ms a page), {floor['failures']} failed.\n")
     return "\n".join([report.markdown(
         ["mode", "replicas", "pages per gateway CPU-second", "gateway CPU ms/page",
          "pages/s through it", "failed", "gateway on a core of its own", "machine busy"], rows),
-        "\nThe flow objects alone, in-process (placing a page and booking its answer):\n",
+        floor_text, "\nThe flow objects alone, in-process (placing a page and booking its answer):\n",
         report.markdown(["replicas", "CPU ms per image", "CPU ms per document page"], flow),
         f"\nGoal: >= {result['goal_pages_per_gateway_core_s']:g} pages per gateway CPU-second "
         f"at every size. {report.measured(result)}."])
