@@ -65,7 +65,10 @@ class Connections:
     def request(self, method: str, url: str, path: str, *, headers: Mapping[str, str],
                 body: bytes | None = None, connect_s: float, read_s: float) -> Answer:
         """One request to the replica at `url`; TransportTimeout or TransportError when no
-        whole answer came back."""
+        whole answer came back; ValueError without time left for either (a timeout of 0
+        would make the socket non-blocking, and the replica look unreachable)."""
+        if connect_s <= 0 or read_s <= 0:
+            raise ValueError(f"no time left for {url}{path}")
         target, conn = self._take(url)
         try:
             if conn is None:

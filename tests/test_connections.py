@@ -134,6 +134,9 @@ def test_nothing_listening_is_a_transport_error_and_a_slow_answer_a_timeout():
     with pytest.raises(TransportError) as refused:
         get(Connections(1), f"http://127.0.0.1:{port}", "/readyz")
     assert not isinstance(refused.value, TransportTimeout)
+    with pytest.raises(ValueError):  # no time left: not sent, and not the replica's fault
+        Connections(1).request("GET", f"http://127.0.0.1:{port}", "/readyz", headers={},
+                               connect_s=1, read_s=0)
     with replica() as (server, url):
         connections = Connections(1)
         with pytest.raises(TransportTimeout):
