@@ -12,9 +12,9 @@ fleet, measured apart from HTTP and from other load on the machine. Writes route
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from gateway.flow.share import FleetView
+from gateway.flow.share import REBALANCE_S, FleetView
 from gateway.outcome import Attempt, Outcome
 from gateway.flow import ListedReplicas
 from loadtest import bench_fleet, local_fleet, report
@@ -23,11 +23,29 @@ from loadtest.payloads import small_image_payloads
 from loadtest.procstats import ForeignLoad, apart
 from scripts.fleet import BIN, ManagedProcess, free_port
 from services.ocr_api import headers
+from services.ocr_api.fleet_board import Board
 from services.ocr_worker.capacity import Pace, Presence
 
 FILE = "route.json"
 GOAL_PAGES_PER_CORE_S = 400.0
 SHAPES = (("list", 16), ("list", 128), ("nginx", 128))
+
+
+def _listed(workers: int, page_s: float, clock: Callable[[], float] = time.monotonic):
+    """`workers` sim workers' boards (each answers with its own, as a real one does) and a
+    list of them, probed once: (the boards by URL, the fleet view, the replica set)."""
+    pace = Pace()
+    pace.page_s, pace.gap_s = page_s, 0.001
+    board = {f"http://w{i}": Presence(pace, lambda: False) for i in range(workers)}
+
+    def probe(url, sent):
+        return True, {**board[url].answer_headers(sent), headers.CAPACITY: "4",
+                      headers.FREE: "4", headers.HELD: "0"}
+
+    fleet = FleetView(Board(clock=clock))
+    replicas = ListedReplicas(urls=list(board), probe=probe, fleet=fleet, clock=clock)
+    replicas.probe_all(every=True)
+    return board, fleet, replicas
 
 
 def flow_cost(workers: int, urgent: bool, pages: int = 6000) -> float:
@@ -36,17 +54,7 @@ def flow_cost(workers: int, urgent: bool, pages: int = 6000) -> float:
     merged), in this process, each worker answering with its own board as a real one does
     (not counted). An urgent page is an image: a document of its own, whose page is this
     process's demand while it is out (`set_demand`), as the scheduler says it."""
-    pace = Pace()
-    pace.page_s, pace.gap_s = 0.01, 0.001
-    board = {f"http://w{i}": Presence(pace, lambda: False) for i in range(workers)}
-
-    def probe(url, sent):
-        return True, {**board[url].answer_headers(sent), headers.CAPACITY: "4",
-                      headers.FREE: "4", headers.HELD: "0"}
-
-    fleet = FleetView()
-    replicas = ListedReplicas(urls=list(board), probe=probe, fleet=fleet)
-    replicas.probe_all(every=True)
+    board, fleet, replicas = _listed(workers, 0.01)
     replicas.set_demand(0 if urgent else 1, 1 if urgent else 0)
     spent = 0.0
     for page in range(pages + 300):  # the first 300 warm up
@@ -66,6 +74,34 @@ def flow_cost(workers: int, urgent: bool, pages: int = 6000) -> float:
         if page >= 300:
             spent += placing + time.process_time() - began
     return round(spent / pages * 1000, 3)
+
+
+def share_cost(workers: int, takes: int = 2000) -> float:
+    """CPU ms of taking the share afresh once (`look` after news: each replica's target, the
+    fleet's slots, the workers kept idle for images) with a list of `workers` replicas whose
+    pages are long enough that some are kept idle. A gateway process takes it up to every
+    REBALANCE_S while answers bring news, whatever its page rate: at few pages a second and
+    many replicas, this is what its CPU per page is made of."""
+    clock = _Clock()
+    _, fleet, replicas = _listed(workers, 4.0, clock)
+    replicas.set_demand(1)
+    fleet.set_urgent(3.0)
+    spent = 0.0
+    for take in range(takes + 100):  # the first 100 warm up; all within the workers' ttl
+        clock.now += REBALANCE_S
+        replicas.heard_news()
+        began = time.process_time()
+        replicas.look()
+        if take >= 100:
+            spent += time.process_time() - began
+    return round(spent / takes * 1000, 3)
+
+
+class _Clock:
+    now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
 def http_floor(log_dir: Path, workers: int = 16) -> dict[str, Any]:
@@ -95,7 +131,8 @@ def measure() -> dict[str, Any]:
             for mode, workers in SHAPES]
     floor = http_floor(log_dir)
     flow = [{"workers": workers, "image_ms": flow_cost(workers, True),
-             "document_page_ms": flow_cost(workers, False)} for workers in (16, 128)]
+             "document_page_ms": flow_cost(workers, False),
+             "share_taken_ms": share_cost(workers)} for workers in (16, 128)]
     return {"goal_pages_per_gateway_core_s": GOAL_PAGES_PER_CORE_S, "runs": runs,
             "http_floor": floor, "flow_objects_cpu_ms_per_page": flow,
             "failures": sum(run["failures"] for run in runs) + floor["failures"],
@@ -108,7 +145,7 @@ def table(result: dict[str, Any]) -> str:
              if run["pages_per_gateway_core_s"] else None, run["pages_per_s"],
              run["failures"], run["gateway_core_to_itself"], run["machine_busy"]]
             for run in result["runs"]]
-    flow = [[f["workers"], f["image_ms"], f["document_page_ms"]]
+    flow = [[f["workers"], f["image_ms"], f["document_page_ms"], f.get("share_taken_ms")]
             for f in result.get("flow_objects_cpu_ms_per_page", [])]
     floor = result.get("http_floor")
     floor_text = "" if floor is None else (
@@ -120,8 +157,10 @@ def table(result: dict[str, Any]) -> str:
     return "\n".join([report.markdown(
         ["mode", "replicas", "pages per gateway CPU-second", "gateway CPU ms/page",
          "pages/s through it", "failed", "gateway on a core of its own", "machine busy"], rows),
-        floor_text, "\nThe flow objects alone, in-process (placing a page and booking its answer):\n",
-        report.markdown(["replicas", "CPU ms per image", "CPU ms per document page"], flow),
+        floor_text, "\nThe flow objects alone, in-process (placing a page and booking its answer; and taking "
+        "the share afresh, up to every REBALANCE_S while answers bring news):\n",
+        report.markdown(["replicas", "CPU ms per image", "CPU ms per document page",
+                         "CPU ms per taking of the share"], flow),
         f"\nGoal: >= {result['goal_pages_per_gateway_core_s']:g} pages per gateway CPU-second "
         f"at every size. {report.measured(result)}."])
 

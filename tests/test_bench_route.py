@@ -58,3 +58,7 @@ def test_the_table_says_the_floor_and_renders_a_result_from_before_it():
              "pages_per_core_s": 500.0, "core_to_itself": True}
     assert "500.0 pages per CPU-second (2.0 ms a page)" in bench_route.table(
         {**result, "http_floor": floor})
+    assert "| 128 | 0.139 | 0.122 | - |" in before  # no share figure then
+    flow = [{"workers": 128, "image_ms": 0.1, "document_page_ms": 0.09, "share_taken_ms": 0.23}]
+    assert "| 128 | 0.100 | 0.090 | 0.230 |" in bench_route.table(
+        {**result, "flow_objects_cpu_ms_per_page": flow})

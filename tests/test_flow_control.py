@@ -182,6 +182,46 @@ def test_with_a_list_every_process_keeps_the_same_workers_idle_for_images():
     assert images[0] in placed[0] and images[1] in placed[0]
 
 
+def test_the_workers_kept_idle_follow_the_replicas_that_can_take_pages():
+    """The replicas kept idle for images are the first by a hash of their URLs among those
+    that can take pages: one that is not ready is passed over, and when DNS changes the
+    replica set the choice is made afresh from the new set."""
+    import zlib
+
+    from gateway.flow import DnsReplicas
+
+    def first_by_hash(urls, count=2):
+        return set(sorted(urls, key=lambda url: (zlib.crc32(url.encode()), url))[:count])
+
+    def kept_idle(replicas):
+        taken = set()
+        while (replica := replicas.acquire()) is not None:
+            taken.add(replica.url)
+        for url in taken:
+            replicas.give_back(next(r for r in replicas.replicas() if r.url == url))
+        return {r.url for r in replicas.replicas() if r.ready} - taken
+
+    clock = Clock()
+    addresses = [[f"http://10.0.0.{i}:8101" for i in range(32)]]
+    dead = sorted(first_by_hash(addresses[0], 1))[0]
+    board = Board(clock=clock)
+    for i in range(32):
+        board.say("w", f"w{i:02d}", 1, 1.0)
+    replicas = DnsReplicas(dns="workers:8101", resolver=lambda host, port: addresses[-1],
+                           probe=lambda url, h: (url != dead, {}), clock=clock,
+                           fleet=FleetView(board, default_target=1.0))
+    replicas.refresh()
+    replicas.probe_all(every=True)
+    replicas.set_demand(1)
+    replicas.fleet.set_urgent(0.0, page_time_unknown=True)  # (the scheduler's)
+    assert kept_idle(replicas) == first_by_hash(set(addresses[0]) - {dead})
+    addresses.append([f"http://10.0.1.{i}:8101" for i in range(32)])  # the pods moved
+    replicas.refresh()
+    replicas.probe_all(every=True)
+    clock.now += 1.0
+    assert kept_idle(replicas) == first_by_hash(addresses[1])
+
+
 def test_with_a_list_an_image_in_a_full_fleet_goes_where_this_processs_oldest_page_is():
     """Every worker holds a page: an image (read before the pages queued there) waits for the
     page under way, so it goes where this process's oldest page out was sent, not to the

@@ -42,6 +42,7 @@ class ListedReplicas(ReplicaSet):
 
     def __init__(self, **options):
         self._reserved: frozenset[str] = frozenset()  # kept for urgent pages (`_reserve`)
+        self._reserve_order: tuple[frozenset[str], list[str]] = (frozenset(), [])
         super().__init__(**options)
 
     def _take_share(self, now: float) -> tuple[Share, int]:
@@ -63,10 +64,23 @@ class ListedReplicas(ReplicaSet):
         their URLs: each has the same list). Each process knows which workers its own pages
         fill, and of the others only what their answers told it a while ago: idle workers
         left by the arithmetic alone would be anywhere, and an image would look for one among
-        scores that only look idle."""
-        ranked = sorted((r.url for r in self._replicas.values() if r.eligible(now)),
-                        key=lambda url: (zlib.crc32(url.encode()), url))
-        return frozenset(ranked[:count])
+        scores that only look idle. The order is kept until the replicas change: the share is
+        taken many times a second, and sorting them each time cost in proportion to the
+        fleet."""
+        if count <= 0:
+            return frozenset()
+        urls, order = self._reserve_order
+        if self._replicas.keys() != urls:
+            urls = frozenset(self._replicas)
+            order = sorted(urls, key=lambda url: (zlib.crc32(url.encode()), url))
+            self._reserve_order = (urls, order)
+        kept: list[str] = []
+        for url in order:
+            if self._replicas[url].eligible(now):
+                kept.append(url)
+                if len(kept) == count:
+                    break
+        return frozenset(kept)
 
     def _rank(self, replica: Replica, urgent: bool) -> tuple[float, float]:
         """The emptiest first; among equals, `Replica.staleness`. An urgent page: an idle one

@@ -140,10 +140,11 @@ class Board:
         with target 0."""
         now = self.clock()
         out: dict[str, list[Entry]] = {kind: [] for kind in KINDS}
-        with self._lock:
+        ttls = {kind: self._ttl(kind) for kind in KINDS}  # (a gateway reads the board many
+        with self._lock:  # times a second, and every worker's entry is on it)
             stale = []
             for key, entry in self._entries.items():
-                age, ttl = now - entry.heard, self._ttl(entry.kind)
+                age, ttl = now - entry.heard, ttls[entry.kind]
                 if age <= ttl:
                     out[entry.kind].append(entry)
                 elif age > 2 * ttl:
