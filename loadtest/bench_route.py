@@ -6,8 +6,9 @@ probes and board included, with the gateway on a core of its own where the machi
 (loadtest.procstats.apart). Then the floor under it (`http_floor`): the same loop through a
 relay that only takes each request in and sends it on (loadtest/relay_app.py), what HTTP in
 Python costs on this machine before the gateway does anything of its own. Then the flow objects
-alone, in this process (`flow_cost`): the part of a page's cost that could grow with the
-fleet, measured apart from HTTP and from other load on the machine. Writes route.json."""
+alone, in this process (`flow_cost`, and `share_cost` for taking the share afresh): the part
+of a page's cost that could grow with the fleet, measured apart from HTTP and from other load
+on the machine. Writes route.json."""
 
 import sys
 import time
@@ -81,7 +82,7 @@ def share_cost(workers: int, takes: int = 2000) -> float:
     fleet's slots, the workers kept idle for images) with a list of `workers` replicas whose
     pages are long enough that some are kept idle. A gateway process takes it up to every
     REBALANCE_S while answers bring news, whatever its page rate: at few pages a second and
-    many replicas, this is what its CPU per page is made of."""
+    many replicas, a part of its CPU per page that grows with the fleet."""
     clock = _Clock()
     _, fleet, replicas = _listed(workers, 4.0, clock)
     replicas.set_demand(1)
