@@ -30,6 +30,7 @@ FILE, PLOT = "fleet.json", "fleet.png"
 NO_JOBS = {"GATEWAY_JOBS_ENABLED": "false"}
 PAGE_PIXELS = 1224 * 1584  # the documents' Letter pages as the workers render them (144 DPI)
 SIM_ENV = {"OCR_SIM_PAGE_PIXELS": str(PAGE_PIXELS)}
+ROUTE_CLIENTS = 32  # route_loop: enough to keep one gateway core busy
 WINDOW_S = 4.0  # growth: pages/s over 4 s (two page times at 64 replicas: pages come in waves)
 
 
@@ -313,22 +314,34 @@ def run_growth(settings, log_dir: Path, mode: str = "nginx") -> dict[str, Any]:
             "document_errors": errors, "pages_per_s_by_second": rates}
 
 
-def run_route(log_dir: Path, workers: int = 16, mode: str = "list") -> dict[str, Any]:
-    """One gateway process, 0-ms sim workers, 10 s of a closed loop of small images: pages per
-    CPU-second of the gateway process (what one gateway core can route), the gateway on a core
-    of its own and the workers and the load on the others (where the machine has two).
-    loadtest.bench_route runs it at 16 and 128 replicas."""
-    with local_fleet.Fleet(log_dir / f"route-{mode}-{workers}", 0.0, workers) as fleet, \
-            fleet.gateways(mode, 1, GATEWAY_PROCESSES="1", **NO_JOBS) as (gateway,), \
-            apart([gateway], fleet.workers) as alone, ForeignLoad([gateway]) as sampler:
-        result = run_closed_loop(local_fleet.url_of(gateway), small_image_payloads(8), 32,
+def route_loop(url: str, server: Any, others: Any) -> dict[str, Any]:
+    """10 s of a closed loop of 32 clients sending small images to `url`, after 1 s of warm-up,
+    with `server` (the one process measured) on a core of its own and `others` on the rest
+    (where the machine has two): its pages, failures, and pages per CPU-second of `server`.
+    The gateway's figure (run_route) and its floor (loadtest.bench_route.http_floor) both
+    come from here, so they stay the same measurement."""
+    with apart([server], others) as alone, ForeignLoad([server]) as sampler:
+        result = run_closed_loop(url, small_image_payloads(8), ROUTE_CLIENTS,
                                  duration_s=10.0, warmup_s=1.0)
     pages, cpu_s = len(result.completions), sampler.cpu_s
-    return {"workers": workers, "concurrency": 32, "pages": pages,
-            "failures": result.failure_count, "pages_per_s": round(result.pages_per_s(), 1),
-            "gateway_cpu_s": round(cpu_s, 2),
-            "pages_per_gateway_core_s": round(pages / cpu_s, 1) if cpu_s else None,
-            "gateway_core_to_itself": alone, "machine_busy": round(sampler.busy, 3)}
+    return {"concurrency": ROUTE_CLIENTS, "pages": pages, "failures": result.failure_count,
+            "pages_per_s": round(result.pages_per_s(), 1), "cpu_s": round(cpu_s, 2),
+            "pages_per_core_s": round(pages / cpu_s, 1) if cpu_s else None,
+            "core_to_itself": alone, "machine_busy": round(sampler.busy, 3)}
+
+
+def run_route(log_dir: Path, workers: int = 16, mode: str = "list") -> dict[str, Any]:
+    """One gateway process, 0-ms sim workers, route_loop through it: what one gateway core can
+    route. loadtest.bench_route runs it at 16 and 128 replicas."""
+    with local_fleet.Fleet(log_dir / f"route-{mode}-{workers}", 0.0, workers) as fleet, \
+            fleet.gateways(mode, 1, GATEWAY_PROCESSES="1", **NO_JOBS) as (gateway,):
+        loop = route_loop(local_fleet.url_of(gateway), gateway, fleet.workers)
+    return {"workers": workers, "concurrency": loop["concurrency"], "pages": loop["pages"],
+            "failures": loop["failures"], "pages_per_s": loop["pages_per_s"],
+            "gateway_cpu_s": loop["cpu_s"],
+            "pages_per_gateway_core_s": loop["pages_per_core_s"],
+            "gateway_core_to_itself": loop["core_to_itself"],
+            "machine_busy": loop["machine_busy"]}
 
 
 def measure() -> dict[str, Any]:

@@ -19,9 +19,6 @@ from gateway.flow.share import REBALANCE_S, FleetView
 from gateway.outcome import Attempt, Outcome
 from gateway.flow import ListedReplicas
 from loadtest import bench_fleet, local_fleet, report
-from loadtest.loadgen import run_closed_loop
-from loadtest.payloads import small_image_payloads
-from loadtest.procstats import ForeignLoad, apart
 from scripts.fleet import BIN, ManagedProcess, free_port
 from services.ocr_api import headers
 from services.ocr_api.fleet_board import Board
@@ -106,8 +103,8 @@ class _Clock:
 
 
 def http_floor(log_dir: Path, workers: int = 16) -> dict[str, Any]:
-    """run_route's loop (10 s, 32 clients, small images) through the relay instead of a
-    gateway: its pages per CPU-second, on a core of its own as the gateway's."""
+    """bench_fleet.route_loop through the relay instead of a gateway: its pages per
+    CPU-second, on a core of its own as the gateway's."""
     with local_fleet.workers(workers, local_fleet.sim_worker_env(0.0), log_dir) as fleet:
         port = free_port()
         relay = ManagedProcess(
@@ -115,15 +112,10 @@ def http_floor(log_dir: Path, workers: int = 16) -> dict[str, Any]:
                               "64", "-b", f"127.0.0.1:{port}", "loadtest.relay_app:wsgi_app()"],
             {"RELAY_WORKERS": ",".join(local_fleet.url_of(w) for w in fleet)},
             f"http://127.0.0.1:{port}/readyz", log_dir / f"relay-{port}.log")
-        with local_fleet.running([relay], 60.0), apart([relay], fleet) as alone, \
-                ForeignLoad([relay]) as sampler:
-            result = run_closed_loop(f"http://127.0.0.1:{port}", small_image_payloads(8), 32,
-                                     duration_s=10.0, warmup_s=1.0)
-    pages, cpu_s = len(result.completions), sampler.cpu_s
-    return {"workers": workers, "pages": pages, "failures": result.failure_count,
-            "pages_per_s": round(result.pages_per_s(), 1), "cpu_s": round(cpu_s, 2),
-            "pages_per_core_s": round(pages / cpu_s, 1) if cpu_s else None,
-            "core_to_itself": alone}
+        with local_fleet.running([relay], 60.0):
+            loop = bench_fleet.route_loop(f"http://127.0.0.1:{port}", relay, fleet)
+    return {"workers": workers, **{key: loop[key] for key in (
+        "pages", "failures", "pages_per_s", "cpu_s", "pages_per_core_s", "core_to_itself")}}
 
 
 def measure() -> dict[str, Any]:
