@@ -41,12 +41,12 @@ from .flow.queue import Document, FairQueue, Task, let_go
 from .flow.replicas import NoReplicas, Replica, ReplicaSet
 from .flow.reserve import START_WITHIN_S
 from .flow.settle import Settler
+from .flow.share import REBALANCE_S
 from .outcome import Attempt, Outcome
 
 log = logging.getLogger("gateway.scheduler")
 
 ABANDON_AFTER_S = 60.0  # past its deadline, a document nobody reads is dropped from the queue
-TIDY_S = 0.05  # deadlines and abandoned documents are looked at least this often
 
 
 @dataclass(frozen=True)
@@ -107,9 +107,9 @@ class Scheduler:
             task = self._at_once(doc)
             self.fair.add(doc)
             if not doc.urgent:  # its first page goes out after a tidy (`Demand.reweigh`), not
-                self._tidied_at = float("-inf")  # within TIDY_S of the last one
+                self._tidied_at = float("-inf")  # within REBALANCE_S of the last one
             self.demand.tell()
-            if task is None or time.monotonic() - self._tidied_at >= TIDY_S:
+            if task is None or time.monotonic() - self._tidied_at >= REBALANCE_S:
                 self._cond.notify_all()
         if task is not None:
             self._guarded(doc, task, self._send)
@@ -187,7 +187,7 @@ class Scheduler:
         """Under the lock: the next (document, chunk) to send, or None after waiting a while
         for room, a retry's time or a new document."""
         now = time.monotonic()
-        if now - self._tidied_at >= TIDY_S:
+        if now - self._tidied_at >= REBALANCE_S:
             self._tidy(now)
         room = self.replicas.look()
         urgent_only = not room.documents and room.urgent and self.fair.has_urgent(now)
@@ -209,7 +209,7 @@ class Scheduler:
 
     def _tidy(self, now: float) -> None:
         """Under the lock: stop the documents past their deadline, finish the abandoned ones.
-        Before every wait, and at least every TIDY_S while pages flow (not on every page: it
+        Before every wait, and at least every REBALANCE_S while pages flow (not on every page: it
         looks at every document)."""
         self._tidied_at = now
         self.demand.reweigh(now)

@@ -434,7 +434,7 @@ def test_room_for_an_urgent_page_only_goes_to_an_urgent_document():
 
 
 def test_a_document_past_its_deadline_is_never_picked_even_before_it_is_stopped():
-    """The scheduler stops expired documents every TIDY_S, not on every page: until then,
+    """The scheduler stops expired documents every REBALANCE_S, not on every page: until then,
     the queue itself passes them over (nothing is sent with no time left to read it)."""
     fair = FairQueue()
     late, other = doc(3, deadline=10.0), doc(3, deadline=100.0)

@@ -34,7 +34,9 @@ from .lead import fleet_rate
 from .reserve import others_reserve, reserve_for
 
 MIN_SENDING = 0.25  # of the fleet's slots, left to documents with pages to send
-REBALANCE_S = 0.05  # news is taken into the share, and into the header sent, at most this often
+REBALANCE_S = 0.05  # news is taken into the share, and into the header sent, at most this often;
+# the documents' weights and deadlines are looked at at least this often while pages flow
+# (gateway.scheduler `_tidy`)
 NEWS_S = 1.5  # what a gateway process says takes about this long to reach the others (through
 # the workers' answers): behind a balancer, a rise in its demand is taken this long after it
 # said it
