@@ -336,21 +336,87 @@ def test_a_stream_the_builder_cannot_copy_is_a_422_not_a_pdf_without_it():
     assert caught.value.status == 422 and "memory" in caught.value.message
 
 
-def test_an_image_too_large_for_the_builder_says_so():
-    """A multi-page TIFF whose PDF does not fit a small builder: a 422 that names the
-    builder's memory (it once said "The image cannot be turned into a PDF page ()", the
-    MemoryError's empty text)."""
+def noise_tiff(count: int, size: tuple[int, int]) -> tuple[list[Image.Image], bytes]:
+    """`count` gray frames of noise (height, width), as a scan's LZW TIFF: what a Flate
+    stream cannot make smaller."""
     import numpy as np
 
-    from gateway.outputs.sandbox import PdfBuilder, SandboxLimits
-
     rng = np.random.default_rng(0)
-    frames = [Image.fromarray(rng.integers(0, 256, (1400, 1000), dtype=np.uint8))
-              for _ in range(40)]
+    frames = [Image.fromarray(rng.integers(0, 256, size, dtype=np.uint8)) for _ in range(count)]
     buffer = io.BytesIO()
     frames[0].save(buffer, format="TIFF", save_all=True, append_images=frames[1:],
                    compression="tiff_lzw")
+    return frames, buffer.getvalue()
+
+
+def test_a_many_frame_tiff_is_made_a_pdf_a_page_at_a_time():
+    """40 scanned frames (56 MB of pixels as Flate) under a 256 MB builder: written a page
+    at a time (fpdf2, which held every page until the end, ran out of memory here), every
+    frame a page at its size with its pixels as they were, and the layer on its own page."""
+    import pikepdf
+    from pikepdf import PdfImage
+
+    from gateway.outputs.sandbox import PdfBuilder, SandboxLimits
+
+    frames, tiff = noise_tiff(40, (1400, 1000))
+    pdf = PdfBuilder(SandboxLimits(memory_mb=256)).build(
+        tiff, "image", [PageText(6, 1000, 1400, LINES[:1])], DEFAULT_PDF_FONTS)
+    try:
+        built = pdf.read()
+    finally:
+        pdf.close()
+    assert pdfcheck.page_sizes(built) == [(480.0, 672.0)] * 40  # 150 dpi, none recorded
+    texts = pdfcheck.page_texts(built)
+    assert "Invoice number 4711" in texts[6] and not "".join(texts[:6] + texts[7:]).strip()
+    with pikepdf.open(io.BytesIO(built)) as document:
+        for index in (0, 39):
+            image, = document.pages[index].get_images().values()
+            assert PdfImage(image).as_pil_image().tobytes() == frames[index].tobytes()
+
+
+def test_a_jpeg_is_embedded_as_it_is():
+    import pikepdf
+
+    page = documents.text_image(["Kept as sent"], size=30)
+    for mode in ("L", "RGB"):
+        buffer = io.BytesIO()
+        page.convert(mode).save(buffer, format="JPEG", quality=80)
+        out = searchable_pdf(buffer.getvalue(), "image", [], DEFAULT_PDF_FONTS)
+        with pikepdf.open(io.BytesIO(out)) as document:
+            image, = document.pages[0].get_images().values()
+            assert image.Filter == "/DCTDecode"
+            assert image.read_raw_bytes() == buffer.getvalue()
+
+
+def test_an_image_page_keeps_its_pixels_whatever_its_mode():
+    """Bilevel, gray and RGB pixels as they are; a palette as RGB; transparency over white
+    (as a viewer shows it on a page)."""
+    import pikepdf
+    from pikepdf import PdfImage
+
+    page = documents.text_image(["Mode check"], size=30)
+    clear = Image.new("RGBA", page.size, (0, 0, 0, 0))
+    cases = [(page.convert("1"), page.convert("1")), (page.convert("L"), page.convert("L")),
+             (page.convert("RGB"), page.convert("RGB")),
+             (page.convert("P"), page.convert("P").convert("RGB")),
+             (clear, Image.new("RGB", page.size, "white"))]
+    for given, shown in cases:
+        buffer = io.BytesIO()
+        given.save(buffer, format="PNG")
+        out = searchable_pdf(buffer.getvalue(), "image", [], DEFAULT_PDF_FONTS)
+        with pikepdf.open(io.BytesIO(out)) as document:
+            image, = document.pages[0].get_images().values()
+            assert PdfImage(image).as_pil_image().convert(shown.mode).tobytes() \
+                == shown.tobytes(), given.mode
+
+
+def test_an_image_too_large_for_the_builder_says_so():
+    """One frame whose pixels do not fit a small builder: a 422 that names the builder's
+    memory (it once said "The image cannot be turned into a PDF page ()", the MemoryError's
+    empty text)."""
+    from gateway.outputs.sandbox import PdfBuilder, SandboxLimits
+
+    _, tiff = noise_tiff(1, (7000, 7000))
     with pytest.raises(ApiError) as caught:
-        PdfBuilder(SandboxLimits(memory_mb=256)).build(buffer.getvalue(), "image", [],
-                                                       DEFAULT_PDF_FONTS)
+        PdfBuilder(SandboxLimits(memory_mb=256)).build(tiff, "image", [], DEFAULT_PDF_FONTS)
     assert caught.value.status == 422 and "more memory than a builder" in caught.value.message

@@ -2,24 +2,50 @@
 multi-page TIFF, as the worker reads it), drawn over the whole page, the page as large as the
 image at its recorded resolution (DEFAULT_DPI when it records none). A JPEG is embedded as it
 is; an image whose EXIF orientation the worker applied (OpenCV decodes JPEGs upright) is
-turned the same way first, so the layer's pixel boxes fit it. Built with fpdf2."""
+turned the same way first, so the layer's pixel boxes fit it; other pixels are embedded
+losslessly (Flate), a transparent image over white.
+
+The PDF is written a page at a time into a file, so a scanned TIFF of hundreds of frames is
+never held whole: the PDF libraries here (fpdf2, pikepdf) keep a document's pages in memory
+until it is saved, some 2-4 MB a scanned frame, and a builder has 512 MB (sandbox.py;
+docs/capacity.md). An image page is a few objects (ISO 32000-1, 7.5 and 8.9): the image, the
+stream that draws it and the page, then the page tree, the catalog and the cross-reference
+table. pikepdf then reads this file as it reads a PDF input, a stream at a time."""
 
 from __future__ import annotations
 
-import io
+import zlib
+from dataclasses import dataclass
+from typing import BinaryIO, Iterator
 
-from fpdf import FPDF
 from PIL import Image, ImageOps
 
 from services.ocr_api.errors import ApiError, unprocessable
-from services.ocr_api.sniff import is_tiff
 
 from ..split import DEFAULT_MAX_PIXELS
 
 DEFAULT_DPI = 150.0
 ORIENTATION_TAG = 0x0112
+COLOURS = {"1": b"DeviceGray", "L": b"DeviceGray", "RGB": b"DeviceRGB"}
+# zlib's fastest level: on a scanned 200-dpi gray letter 67 ms and 2.69 MB against the default
+# level's 211 ms and 2.62 MB (a clean one: 12 ms, 0.24 MB against 40 ms, 0.19 MB), and a
+# builder has 60 s for a document's pages (sandbox.py)
+DEFLATE_LEVEL = 1
 
 Image.MAX_IMAGE_PIXELS = None  # every frame is checked against max_pixels before decoding
+
+
+@dataclass(frozen=True)
+class Picture:
+    """One page's image as the PDF embeds it: its encoded bytes and what decodes them."""
+
+    data: bytes
+    width: int
+    height: int
+    colours: bytes  # a device colour space's name
+    bits: int  # per component
+    encoding: bytes  # the stream's filter
+    dpi: tuple[float, float]
 
 
 def _dpi(image: Image.Image) -> tuple[float, float]:
@@ -45,39 +71,99 @@ def _check_frames(image: Image.Image, max_pixels: int) -> None:
     image.seek(0)
 
 
-def _frames(data: bytes, image: Image.Image):
-    """(what fpdf2 should embed, PIL frame) for each page."""
-    if is_tiff(data):
+def _lossless(frame: Image.Image, dpi: tuple[float, float]) -> Picture:
+    """The frame's pixels deflated: bilevel, gray or RGB as they are, anything else as RGB
+    (transparency over white, as a viewer shows it on a page)."""
+    if frame.mode not in COLOURS:
+        if frame.mode in ("RGBA", "LA", "PA") or "transparency" in frame.info:
+            rgba = frame.convert("RGBA")
+            frame = Image.alpha_composite(Image.new("RGBA", rgba.size, "white"), rgba)
+        frame = frame.convert("RGB")
+    return Picture(zlib.compress(frame.tobytes(), DEFLATE_LEVEL), frame.width, frame.height,
+                   COLOURS[frame.mode], 1 if frame.mode == "1" else 8, b"FlateDecode", dpi)
+
+
+def _pictures(source: BinaryIO, image: Image.Image) -> Iterator[Picture]:
+    """Each page's image, one frame decoded at a time."""
+    if image.format == "TIFF":
         for index in range(getattr(image, "n_frames", 1)):
             image.seek(index)
-            frame = image.copy()
-            yield (frame if frame.mode in ("1", "L", "RGB", "CMYK") else
-                   frame.convert("RGB")), frame
+            yield _lossless(image, _dpi(image))
         return
     orientation = image.getexif().get(ORIENTATION_TAG, 1)
     if orientation not in (None, 1):
-        upright = ImageOps.exif_transpose(image)
-        yield upright, upright
-    elif image.format == "JPEG":
-        yield io.BytesIO(data), image
+        yield _lossless(ImageOps.exif_transpose(image), _dpi(image))
+    elif image.format == "JPEG" and image.mode in ("L", "RGB"):
+        source.seek(0)
+        yield Picture(source.read(), image.width, image.height, COLOURS[image.mode], 8,
+                      b"DCTDecode", _dpi(image))
     else:
-        yield (image if image.mode in ("1", "L", "RGB", "RGBA", "LA", "P") else
-               image.convert("RGB")), image
+        yield _lossless(image, _dpi(image))
 
 
-def image_pdf(data: bytes, max_pixels: int = DEFAULT_MAX_PIXELS) -> bytes:
+def _number(value: float) -> bytes:
+    return f"{value:.4f}".rstrip("0").rstrip(".").encode()
+
+
+class _Objects:
+    """PDF objects written in turn to `out`, their offsets kept for the cross-reference
+    table. Objects 1 and 2 (the catalog and the page tree) are written last, when the pages
+    are known."""
+
+    def __init__(self, out: BinaryIO):
+        self.out = out
+        self.offsets: dict[int, int] = {}
+        out.write(b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n")
+
+    def put(self, number: int, dictionary: bytes, stream: bytes | None = None) -> None:
+        self.offsets[number] = self.out.tell()
+        self.out.write(b"%d 0 obj\n<< %s" % (number, dictionary))
+        if stream is None:
+            self.out.write(b" >>\nendobj\n")
+            return
+        self.out.write(b" /Length %d >>\nstream\n" % len(stream))
+        self.out.write(stream)
+        self.out.write(b"\nendstream\nendobj\n")
+
+    def page(self, number: int, picture: Picture) -> None:
+        """Objects number, +1 and +2: the image, its drawing and the page."""
+        width, height = (_number(picture.width * 72 / picture.dpi[0]),
+                         _number(picture.height * 72 / picture.dpi[1]))
+        self.put(number, b"/Type /XObject /Subtype /Image /Width %d /Height %d /ColorSpace "
+                         b"/%s /BitsPerComponent %d /Filter /%s" % (
+                             picture.width, picture.height, picture.colours, picture.bits,
+                             picture.encoding), picture.data)
+        self.put(number + 1, b"", b"q %s 0 0 %s 0 0 cm /Im0 Do Q" % (width, height))
+        self.put(number + 2, b"/Type /Page /Parent 2 0 R /MediaBox [0 0 %s %s] /Resources "
+                             b"<< /XObject << /Im0 %d 0 R >> >> /Contents %d 0 R" % (
+                                 width, height, number, number + 1))
+
+    def end(self, pages: list[int]) -> None:
+        kids = b" ".join(b"%d 0 R" % page for page in pages)
+        self.put(2, b"/Type /Pages /Kids [%s] /Count %d" % (kids, len(pages)))
+        self.put(1, b"/Type /Catalog /Pages 2 0 R")
+        size, table = max(self.offsets) + 1, self.out.tell()
+        self.out.write(b"xref\n0 %d\n0000000000 65535 f \n" % size)
+        self.out.write(b"".join(b"%010d 00000 n \n" % self.offsets[number]
+                                for number in range(1, size)))
+        self.out.write(b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n"
+                       % (size, table))
+
+
+def write_image_pdf(source: BinaryIO, out: BinaryIO,
+                    max_pixels: int = DEFAULT_MAX_PIXELS) -> None:
+    """The image in `source` (a seekable binary file) as a PDF written to `out`, a page at a
+    time. 422 for an image that cannot be read or has a frame over `max_pixels`."""
     try:
-        with Image.open(io.BytesIO(data)) as image:
+        with Image.open(source) as image:
             _check_frames(image, max_pixels)
-            pdf = FPDF(unit="pt")
-            pdf.set_compression(True)
-            for source, frame in _frames(data, image):
-                dpi_x, dpi_y = _dpi(frame)
-                width, height = frame.width * 72 / dpi_x, frame.height * 72 / dpi_y
-                pdf.add_page(format=(width, height))
-                pdf.image(source, x=0, y=0, w=width, h=height)
-            return bytes(pdf.output())
+            objects, pages = _Objects(out), []
+            for picture in _pictures(source, image):
+                number = 3 + 3 * len(pages)
+                objects.page(number, picture)
+                pages.append(number + 2)
+            objects.end(pages)
     except (ApiError, MemoryError):  # a builder out of memory says so (sandbox.py)
         raise
-    except Exception as exc:  # PIL and fpdf2 raise many types on odd images
+    except Exception as exc:  # PIL raises many types on odd images
         raise unprocessable(f"The image cannot be turned into a PDF page ({exc})") from None

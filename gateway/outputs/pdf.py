@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import io
-from typing import BinaryIO
+import tempfile
+from typing import BinaryIO, Iterator
 
 import pikepdf
 from pikepdf import Name
@@ -26,7 +27,7 @@ from services.ocr_api.errors import excerpt, unprocessable
 from services.ocr_api.sniff import KIND_PDF
 
 from .fonts import pick_font
-from .image_pdf import image_pdf
+from .image_pdf import write_image_pdf
 from .layout import PageText
 from .overlay import text_layer_pdf
 
@@ -114,20 +115,29 @@ def add_layer(page: pikepdf.Page, form: pikepdf.Object, width_px: float,
     page.contents_add(f"Q\nq {numbers} cm {name} Do Q\n".encode())
 
 
-def _open(source: str | BinaryIO, kind: str) -> pikepdf.Pdf:
-    """The input (a path or a binary file) to rewrite: a PDF read as it is needed, an image
-    made a PDF first."""
-    if kind != KIND_PDF:
-        with open(source, "rb") if isinstance(source, str) else contextlib.nullcontext(
-                source) as image:
-            source = io.BytesIO(image_pdf(image.read()))
-    try:
-        return pikepdf.open(source)
-    except pikepdf.PasswordError:
-        raise unprocessable("The PDF is encrypted with a password: send an unencrypted "
-                            "copy") from None
-    except pikepdf.PdfError as exc:
-        raise unprocessable(f"The PDF cannot be rewritten ({exc})") from None
+@contextlib.contextmanager
+def _open(source: str | BinaryIO, kind: str, scratch: BinaryIO | None) -> Iterator[pikepdf.Pdf]:
+    """The input (a path or a binary file) to rewrite, open while the block runs: a PDF read
+    as it is needed; an image written as a PDF into `scratch` first (a temporary file when
+    None), then read so."""
+    with contextlib.ExitStack() as stack:
+        if kind != KIND_PDF:
+            if scratch is None:
+                scratch = stack.enter_context(tempfile.TemporaryFile())
+            with open(source, "rb") if isinstance(source, str) else contextlib.nullcontext(
+                    source) as image:
+                write_image_pdf(image, scratch)
+            scratch.seek(0)
+            source = scratch
+        try:
+            document = pikepdf.open(source)
+        except pikepdf.PasswordError:
+            raise unprocessable("The PDF is encrypted with a password: send an unencrypted "
+                                "copy") from None
+        except pikepdf.PdfError as exc:
+            raise unprocessable(f"The PDF cannot be rewritten ({exc})") from None
+        with document:
+            yield document
 
 
 def _save(document: pikepdf.Pdf, out: BinaryIO) -> None:
@@ -147,15 +157,17 @@ def _save(document: pikepdf.Pdf, out: BinaryIO) -> None:
 
 
 def write_searchable_pdf(source: str | BinaryIO, kind: str, pages: list[PageText],
-                         fonts: tuple[str, ...], out: BinaryIO) -> None:
+                         fonts: tuple[str, ...], out: BinaryIO,
+                         scratch: BinaryIO | None = None) -> None:
     """The input (`source`: a path or a binary file) with each OCR'd page's lines as an
     invisible, extractable text layer, written to `out` as it is made: a scanned document's
-    images are read and written a stream at a time, never held whole. A page that has text of
+    images are read and written a stream at a time, never held whole (an image input's
+    pages through `scratch`, `_open`). A page that has text of
     its own (textLayer "auto") is left as it is, as OCRmyPDF's --skip-text does: its text is
     extractable already, and a second layer would double it."""
     pages = [page for page in pages if not page.own_text]
     text = "".join(line.text for page in pages for line in page.lines)
-    with _open(source, kind) as document:
+    with _open(source, kind, scratch) as document:
         if not text:
             return _save(document, out)
         layer_bytes, placed = text_layer_pdf(pages, pick_font(fonts, text))

@@ -21,6 +21,7 @@ structure, not with its images."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import resource
@@ -28,6 +29,7 @@ import threading
 from dataclasses import dataclass
 
 from services.ocr_api.errors import ApiError, excerpt, unprocessable
+from services.ocr_api.sniff import KIND_PDF
 
 from .layout import PageText
 from .spool import UNBOUNDED, DiskBudget, DiskFile
@@ -51,24 +53,26 @@ def _limit_memory(memory_mb: int) -> None:
 
 
 def _build(source_path: str, kind: str, pages: list[PageText], fonts: tuple[str, ...],
-           out_path: str) -> None:
+           out_path: str, scratch_path: str | None) -> None:
     from .pdf import write_searchable_pdf
 
     try:
-        # into the file the gateway holds open: pikepdf would save a path by replacing it
-        with open(out_path, "wb") as out:
-            write_searchable_pdf(source_path, kind, pages, fonts, out)
+        # into the files the gateway holds open: pikepdf would save a path by replacing it
+        with open(out_path, "wb") as out, open(scratch_path, "w+b") if scratch_path \
+                else contextlib.nullcontext() as scratch:
+            write_searchable_pdf(source_path, kind, pages, fonts, out, scratch)
     except MemoryError:
         raise _too_complex("it needs more memory than a builder is given") from None
 
 
 def _builder(answer, memory_mb: int, source_path: str, kind: str, pages: list[PageText],
-             fonts: tuple[str, ...], out_path: str) -> None:
-    """A builder process: one document's PDF read from source_path and written to out_path,
-    then None (done) or the ApiError it ends in, sent back once."""
+             fonts: tuple[str, ...], out_path: str, scratch_path: str | None) -> None:
+    """A builder process: one document's PDF read from source_path and written to out_path
+    (an image's pages through scratch_path, as a PDF), then None (done) or the ApiError it
+    ends in, sent back once."""
     _limit_memory(memory_mb)
     try:
-        _build(source_path, kind, pages, fonts, out_path)
+        _build(source_path, kind, pages, fonts, out_path, scratch_path)
         result = None
     except ApiError as exc:
         result = exc
@@ -105,28 +109,33 @@ class PdfBuilder:
         """The searchable PDF, built in a process of its own once one of `processes` turns
         is free, from a copy of the input on disk into a temporary file, both on `disk`'s
         budget (the PDF is the input's own streams and a text layer: the input's size is
-        taken for it before the build); the PDF open for reading from its start, gone when
-        closed. 422 when it needs more memory or time than a builder is given, 503 when
+        taken for it before the build; an image input's pages are first written as a PDF
+        into a third file, on the budget too); the PDF open for reading from its start, gone
+        when closed. 422 when it needs more memory or time than a builder is given, 503 when
         `disk` is taken."""
-        with self._turns:  # waiting here is not the document's time
-            with DiskFile(disk, len(file_bytes), "ocrfleet-pdf-input-") as source:
-                source.write_all(file_bytes)
-                out = DiskFile(disk, len(file_bytes), "ocrfleet-pdf-")
-                try:
-                    self._run(source.path, kind, pages, fonts, out.path)
-                    out.written()
-                except BaseException:
-                    out.close()
-                    raise
-                return out
+        with self._turns, contextlib.ExitStack() as files:  # waiting: not the document's time
+            source = files.enter_context(
+                DiskFile(disk, len(file_bytes), "ocrfleet-pdf-input-"))
+            source.write_all(file_bytes)
+            scratch = None if kind == KIND_PDF else files.enter_context(
+                DiskFile(disk, len(file_bytes), "ocrfleet-pdf-image-"))
+            out = DiskFile(disk, len(file_bytes), "ocrfleet-pdf-")
+            try:
+                self._run(source.path, kind, pages, fonts, out.path,
+                          scratch.path if scratch else None)
+                out.written()
+            except BaseException:
+                out.close()
+                raise
+            return out
 
     def _run(self, source_path: str, kind: str, pages: list[PageText],
-             fonts: tuple[str, ...], out_path: str) -> None:
+             fonts: tuple[str, ...], out_path: str, scratch_path: str | None) -> None:
         context = self._forkserver()
         receive, send = context.Pipe(duplex=False)
         process = context.Process(target=_builder, daemon=True, name="ocrfleet-pdf-builder",
                                   args=(send, self.limits.memory_mb, source_path, kind, pages,
-                                        fonts, out_path))
+                                        fonts, out_path, scratch_path))
         try:
             process.start()
             send.close()
