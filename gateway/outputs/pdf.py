@@ -162,8 +162,8 @@ def write_searchable_pdf(source: str | BinaryIO, kind: str, pages: list[PageText
     """The input (`source`: a path or a binary file) with each OCR'd page's lines as an
     invisible, extractable text layer, written to `out` as it is made: a scanned document's
     images are read and written a stream at a time, never held whole (an image input's
-    pages through `scratch`, `_open`). A page that has text of
-    its own (textLayer "auto") is left as it is, as OCRmyPDF's --skip-text does: its text is
+    pages go through `scratch` as a PDF first, `_open`). A page that has text of its own
+    (textLayer "auto") is left as it is, as OCRmyPDF's --skip-text does: its text is
     extractable already, and a second layer would double it."""
     pages = [page for page in pages if not page.own_text]
     text = "".join(line.text for page in pages for line in page.lines)
