@@ -6,6 +6,8 @@ import io
 import struct
 
 import numpy as np
+import pikepdf
+from pikepdf import PdfImage
 import pytest
 from PIL import Image
 
@@ -137,6 +139,28 @@ def test_a_single_frame_chunk_decodes_with_opencv_like_the_frame_in_the_file():
         tiff.seek(1)
         expected = np.asarray(tiff.convert("RGB"))[:, :, ::-1]
     assert np.array_equal(decode_image(chunk.data, 10**8), expected)
+
+
+def test_a_16_bit_frame_reaches_the_engine_as_opencv_reads_it_alone():
+    """A scanner's 16-bit gray TIFF: each frame, read from the whole file, from its chunk, or
+    as the searchable PDF's page, is what OpenCV makes of that frame as a file of its own
+    (each sample's high byte), not Pillow's conversion, which clipped it to a white page."""
+    import cv2
+
+    from gateway.outputs.pdf import searchable_pdf
+
+    frames = [frame("I;16", seed=i) for i in range(3)]
+    alone = [cv2.imdecode(np.frombuffer(tiff_bytes([f]), np.uint8), cv2.IMREAD_COLOR)
+             for f in frames]
+    assert all(pixels.std() > 30 for pixels in alone)  # noise, not a blank page
+    whole = tiff_bytes(frames, compression="tiff_lzw")
+    chunks = [TiffCutter(whole).cut((index,)) for index in range(3)]
+    for got in (worker_pixels(whole), [worker_pixels(c.data)[0] for c in chunks]):
+        assert all(np.array_equal(mine, theirs) for mine, theirs in zip(got, alone))
+    with pikepdf.open(io.BytesIO(searchable_pdf(whole, "image", [], ()))) as document:
+        shown = [np.asarray(PdfImage(next(iter(page.get_images().values()))).as_pil_image())
+                 for page in document.pages]
+    assert all(np.array_equal(mine, theirs[:, :, 0]) for mine, theirs in zip(shown, alone))
 
 
 def test_tiff_chunks_are_lazy_and_a_bad_frame_is_a_422_when_reached():

@@ -20,6 +20,7 @@ from typing import BinaryIO, Iterator
 
 from PIL import Image, ImageOps
 
+from services.documents.tiff import eight_bit
 from services.ocr_api.errors import ApiError, unprocessable
 
 from ..split import DEFAULT_MAX_PIXELS
@@ -72,8 +73,10 @@ def _check_frames(image: Image.Image, max_pixels: int) -> None:
 
 
 def _lossless(frame: Image.Image, dpi: tuple[float, float]) -> Picture:
-    """The frame's pixels deflated: bilevel, gray or RGB as they are, anything else as RGB
-    (transparency over white, as a viewer shows it on a page)."""
+    """The frame's pixels deflated: bilevel, gray or RGB as they are, 16-bit gray as the
+    worker read it (eight_bit), anything else as RGB (transparency over white, as a viewer
+    shows it on a page)."""
+    frame = eight_bit(frame)
     if frame.mode not in COLOURS:
         if frame.mode in ("RGBA", "LA", "PA") or "transparency" in frame.info:
             rgba = frame.convert("RGBA")

@@ -25,7 +25,7 @@ from services.documents.pages import select_pages
 from services.documents.pdf import (PDFIUM_LOCK, LayerLine, PlacedImage, TextLayer, open_pdf,
                                     page_image_pixels, placed_images, read_page_chars,
                                     text_annotations, text_layer)
-from services.documents.tiff import count_tiff_frames
+from services.documents.tiff import count_tiff_frames, eight_bit
 from services.ocr_api.errors import ApiError, excerpt, unprocessable
 from services.ocr_api.request import (TEXT_LAYER_AUTO, TEXT_LAYER_IGNORE, OcrRequest,
                                       resolve_page_range)
@@ -297,7 +297,8 @@ class TiffDocument(Document):
                     tiff.seek(index)
                     width, height = tiff.size
                     _check_pixels(width, height, self._limits.max_pixels, f"Page {index + 1}")
-                    page = cv2.cvtColor(np.asarray(tiff.convert("RGB")), cv2.COLOR_RGB2BGR)
+                    page = cv2.cvtColor(np.asarray(eight_bit(tiff).convert("RGB")),
+                                        cv2.COLOR_RGB2BGR)
                 except ApiError:
                     raise
                 except Exception as exc:  # PIL raises many types on corrupt data
