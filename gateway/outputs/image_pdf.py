@@ -28,9 +28,8 @@ from ..split import DEFAULT_MAX_PIXELS
 DEFAULT_DPI = 150.0
 ORIENTATION_TAG = 0x0112
 COLOURS = {"1": b"DeviceGray", "L": b"DeviceGray", "RGB": b"DeviceRGB"}
-# zlib's fastest level: on a scanned 200-dpi gray letter 67 ms and 2.69 MB against the default
-# level's 211 ms and 2.62 MB (a clean one: 12 ms, 0.24 MB against 40 ms, 0.19 MB), and a
-# builder has 60 s for a document's pages (sandbox.py)
+# zlib's fastest level: a third of the default's time on a scanned page for 3 % more bytes
+# (docs/figures/runs/tiff-searchable-pdf.json), and a builder has 60 s (sandbox.py)
 DEFLATE_LEVEL = 1
 
 Image.MAX_IMAGE_PIXELS = None  # every frame is checked against max_pixels before decoding
