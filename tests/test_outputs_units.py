@@ -262,6 +262,29 @@ def test_a_jpeg_the_worker_turned_upright_is_turned_the_same_way():
     assert [tuple(round(v) for v in size) for size in pdfcheck.page_sizes(out)] == [(100, 300)]
 
 
+@pytest.mark.parametrize("image_format", ["JPEG", "PNG", "WEBP", "TIFF"])
+def test_an_image_page_is_turned_as_the_worker_decodes_it(image_format):
+    """EXIF orientation 6 (shown turned 90 degrees): the PDF's page is as wide and tall as
+    the pixels the worker OCR'd, OpenCV's decoding of the same bytes, whichever way OpenCV
+    turns each format (it turns JPEG and PNG; WebP it did not, and its page was turned
+    anyway, the layer's boxes then across the image)."""
+    import cv2
+    import numpy as np
+
+    image = Image.new("RGB", (300, 100), "white")
+    exif = image.getexif()
+    exif[0x0112] = 6
+    buffer = io.BytesIO()
+    image.save(buffer, format=image_format, exif=exif)
+    height, width = cv2.imdecode(np.frombuffer(buffer.getvalue(), np.uint8),
+                                 cv2.IMREAD_COLOR).shape[:2]
+    out = searchable_pdf(buffer.getvalue(), "image",
+                         [PageText(0, width, height, [Line("up", rect(10, 10, 60, 40))])],
+                         DEFAULT_PDF_FONTS)
+    (page_width, page_height), = pdfcheck.page_sizes(out)
+    assert round(page_width / page_height, 3) == round(width / height, 3)
+
+
 def test_a_pdf_pikepdf_cannot_read_is_a_422():
     with pytest.raises(ApiError) as caught:
         searchable_pdf(b"%PDF-1.7 nothing else", "pdf", [], DEFAULT_PDF_FONTS)

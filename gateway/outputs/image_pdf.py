@@ -1,8 +1,9 @@
 """An image input as a PDF to put the text layer on: one page per image (per frame of a
 multi-page TIFF, as the worker reads it), drawn over the whole page, the page as large as the
 image at its recorded resolution (DEFAULT_DPI when it records none). A JPEG is embedded as it
-is; an image whose EXIF orientation the worker applied (OpenCV decodes JPEGs upright) is
-turned the same way first, so the layer's pixel boxes fit it; other pixels are embedded
+is; an image whose EXIF orientation the worker applied (OpenCV decodes JPEGs and PNGs
+upright, not WebP; Pillow turns a TIFF by its own tag as it opens it) is turned the same way
+first, so the layer's pixel boxes fit it; other pixels are embedded
 losslessly (Flate), a transparent image over white.
 
 The PDF is written a page at a time into a file, so a scanned TIFF of hundreds of frames is
@@ -27,6 +28,7 @@ from ..split import DEFAULT_MAX_PIXELS
 
 DEFAULT_DPI = 150.0
 ORIENTATION_TAG = 0x0112
+UPRIGHTED = ("JPEG", "PNG")  # the formats whose EXIF orientation OpenCV applies (the worker's)
 COLOURS = {"1": b"DeviceGray", "L": b"DeviceGray", "RGB": b"DeviceRGB"}
 # zlib's fastest level: a third of the default's time on a scanned page for 3 % more bytes
 # (docs/figures/runs/tiff-searchable-pdf.json), and a builder has 60 s (sandbox.py)
@@ -92,7 +94,7 @@ def _pictures(source: BinaryIO, image: Image.Image) -> Iterator[Picture]:
             image.seek(index)
             yield _lossless(image, _dpi(image))
         return
-    orientation = image.getexif().get(ORIENTATION_TAG, 1)
+    orientation = image.getexif().get(ORIENTATION_TAG, 1) if image.format in UPRIGHTED else 1
     if orientation not in (None, 1):
         yield _lossless(ImageOps.exif_transpose(image), _dpi(image))
     elif image.format == "JPEG" and image.mode in ("L", "RGB"):
