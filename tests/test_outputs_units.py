@@ -285,6 +285,41 @@ def test_an_image_page_is_turned_as_the_worker_decodes_it(image_format):
     assert round(page_width / page_height, 3) == round(width / height, 3)
 
 
+@pytest.mark.parametrize("image_format", ["JPEG", "PNG"])
+def test_every_exif_orientation_is_drawn_as_the_worker_sees_it(image_format):
+    """Each of the 8 EXIF orientations: poppler's rendering of the page shows what OpenCV
+    decodes (the worker's pixels, upright), the image embedded as stored (a JPEG byte for
+    byte) and turned by the drawing."""
+    import cv2
+    import numpy as np
+    import pikepdf
+
+    pdfcheck.need_poppler()
+    quadrants = Image.new("RGB", (60, 40), "red")
+    for box, colour in (((30, 0, 60, 20), "lime"), ((0, 20, 30, 40), "blue"),
+                        ((30, 20, 60, 40), "yellow")):
+        quadrants.paste(colour, box)
+    for orientation in range(1, 9):
+        exif = quadrants.getexif()
+        exif[0x0112] = orientation
+        buffer = io.BytesIO()
+        quadrants.save(buffer, format=image_format, exif=exif, dpi=(72, 72), quality=95)
+        seen = cv2.imdecode(np.frombuffer(buffer.getvalue(), np.uint8), cv2.IMREAD_COLOR)
+        out = searchable_pdf(buffer.getvalue(), "image", [], DEFAULT_PDF_FONTS)
+        shown = np.asarray(pdfcheck.render(out, dpi=72)[0].convert("RGB"), dtype=int)
+        assert shown.shape[:2] == seen.shape[:2], orientation
+        height, width = seen.shape[:2]
+        for y in (height // 4, 3 * height // 4):
+            for x in (width // 4, 3 * width // 4):
+                assert np.abs(shown[y, x] - seen[y, x, ::-1].astype(int)).max() < 48, (
+                    orientation, x, y)
+        with pikepdf.open(io.BytesIO(out)) as document:
+            image, = document.pages[0].get_images().values()
+            assert (image.Width, image.Height) == (60, 40)
+            if image_format == "JPEG":
+                assert image.read_raw_bytes() == buffer.getvalue()
+
+
 def test_a_pdf_pikepdf_cannot_read_is_a_422():
     with pytest.raises(ApiError) as caught:
         searchable_pdf(b"%PDF-1.7 nothing else", "pdf", [], DEFAULT_PDF_FONTS)

@@ -1,10 +1,11 @@
 """An image input as a PDF to put the text layer on: one page per image (per frame of a
 multi-page TIFF, as the worker reads it), drawn over the whole page, the page as large as the
 image at its recorded resolution (DEFAULT_DPI when it records none). A JPEG is embedded as it
-is; an image whose EXIF orientation the worker applied (OpenCV decodes JPEGs and PNGs
-upright, not WebP; Pillow turns a TIFF by its own tag as it opens it) is turned the same way
-first, so the layer's pixel boxes fit it; other pixels are embedded
-losslessly (Flate), a transparent image over white.
+is, other pixels losslessly (Flate), a transparent image over white. An image whose EXIF
+orientation the worker applied (OpenCV decodes JPEGs and PNGs upright, not WebP; Pillow turns
+a TIFF by its own tag as it opens it) is drawn turned the same way, on a page of the upright
+shape, so the layer's pixel boxes fit it: the image itself is embedded as stored (a portrait
+phone photo stays its JPEG, not 20 MB of pixels).
 
 The PDF is written a page at a time into a file, so a scanned TIFF of hundreds of frames is
 never held whole: the PDF libraries here (fpdf2, pikepdf) keep a document's pages in memory
@@ -16,10 +17,10 @@ table. pikepdf then reads this file as it reads a PDF input, a stream at a time.
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import BinaryIO, Iterator
 
-from PIL import Image, ImageOps
+from PIL import Image
 
 from services.documents.tiff import eight_bit
 from services.ocr_api.errors import ApiError, unprocessable
@@ -28,7 +29,14 @@ from ..split import DEFAULT_MAX_PIXELS
 
 DEFAULT_DPI = 150.0
 ORIENTATION_TAG = 0x0112
-UPRIGHTED = ("JPEG", "PNG")  # the formats whose EXIF orientation OpenCV applies (the worker's)
+UPRIGHTED = ("JPEG", "MPO", "PNG")  # the formats whose EXIF orientation OpenCV applies (the
+# worker's decoder; an MPO is a phone's JPEG with more pictures after the first)
+
+# EXIF orientation -> where a stored w x h image's point (x, y) is once upright (y down)
+TURNS = {1: lambda x, y, w, h: (x, y), 2: lambda x, y, w, h: (w - x, y),
+         3: lambda x, y, w, h: (w - x, h - y), 4: lambda x, y, w, h: (x, h - y),
+         5: lambda x, y, w, h: (y, x), 6: lambda x, y, w, h: (h - y, x),
+         7: lambda x, y, w, h: (h - y, w - x), 8: lambda x, y, w, h: (y, w - x)}
 COLOURS = {"1": b"DeviceGray", "L": b"DeviceGray", "RGB": b"DeviceRGB"}
 # zlib's fastest level: a third of the default's time on a scanned page for 3 % more bytes
 # (docs/figures/runs/tiff-searchable-pdf.json), and a builder has 60 s (sandbox.py)
@@ -48,6 +56,22 @@ class Picture:
     bits: int  # per component
     encoding: bytes  # the stream's filter
     dpi: tuple[float, float]
+    orientation: int = 1  # EXIF's: how it is turned upright (TURNS)
+
+    def placement(self) -> tuple[list[float], float, float]:
+        """The matrix that draws the image (PDF's unit square, its first row on top) upright
+        on its page, and the page's width and height in points."""
+        width, height, turned = self.width, self.height, self.orientation >= 5
+        dpi_x, dpi_y = self.dpi[::-1] if turned else self.dpi
+        upright_height = width if turned else height
+
+        def on_page(u: float, v: float) -> tuple[float, float]:
+            x, y = TURNS[self.orientation](u * width, (1 - v) * height, width, height)
+            return x * 72 / dpi_x, (upright_height - y) * 72 / dpi_y
+
+        (e, f), (a, b), (c, d) = on_page(0, 0), on_page(1, 0), on_page(0, 1)
+        page_width = (height if turned else width) * 72 / dpi_x
+        return [a - e, b - f, c - e, d - f, e, f], page_width, upright_height * 72 / dpi_y
 
 
 def _dpi(image: Image.Image) -> tuple[float, float]:
@@ -95,14 +119,13 @@ def _pictures(source: BinaryIO, image: Image.Image) -> Iterator[Picture]:
             yield _lossless(image, _dpi(image))
         return
     orientation = image.getexif().get(ORIENTATION_TAG, 1) if image.format in UPRIGHTED else 1
-    if orientation not in (None, 1):
-        yield _lossless(ImageOps.exif_transpose(image), _dpi(image))
-    elif image.format == "JPEG" and image.mode in ("L", "RGB"):
+    if image.format == "JPEG" and image.mode in ("L", "RGB"):
         source.seek(0)
-        yield Picture(source.read(), image.width, image.height, COLOURS[image.mode], 8,
-                      b"DCTDecode", _dpi(image))
+        picture = Picture(source.read(), image.width, image.height, COLOURS[image.mode], 8,
+                          b"DCTDecode", _dpi(image))
     else:
-        yield _lossless(image, _dpi(image))
+        picture = _lossless(image, _dpi(image))
+    yield replace(picture, orientation=orientation if orientation in TURNS else 1)
 
 
 def _number(value: float) -> bytes:
@@ -131,13 +154,13 @@ class _Objects:
 
     def page(self, number: int, picture: Picture) -> None:
         """Objects number, +1 and +2: the image, its drawing and the page."""
-        width, height = (_number(picture.width * 72 / picture.dpi[0]),
-                         _number(picture.height * 72 / picture.dpi[1]))
+        matrix, page_width, page_height = picture.placement()
+        width, height = _number(page_width), _number(page_height)
         self.put(number, b"/Type /XObject /Subtype /Image /Width %d /Height %d /ColorSpace "
                          b"/%s /BitsPerComponent %d /Filter /%s" % (
                              picture.width, picture.height, picture.colours, picture.bits,
                              picture.encoding), picture.data)
-        self.put(number + 1, b"", b"q %s 0 0 %s 0 0 cm /Im0 Do Q" % (width, height))
+        self.put(number + 1, b"", b"q %s cm /Im0 Do Q" % b" ".join(map(_number, matrix)))
         self.put(number + 2, b"/Type /Page /Parent 2 0 R /MediaBox [0 0 %s %s] /Resources "
                              b"<< /XObject << /Im0 %d 0 R >> >> /Contents %d 0 R" % (
                                  width, height, number, number + 1))
