@@ -62,16 +62,16 @@ class Picture:
         """The matrix that draws the image (PDF's unit square, its first row on top) upright
         on its page, and the page's width and height in points."""
         width, height, turned = self.width, self.height, self.orientation >= 5
-        dpi_x, dpi_y = self.dpi[::-1] if turned else self.dpi
-        upright_height = width if turned else height
+        upright_width, upright_height = (height, width) if turned else (width, height)
+        dpi_x, dpi_y = self.dpi[::-1] if turned else self.dpi  # along the upright axes
 
         def on_page(u: float, v: float) -> tuple[float, float]:
             x, y = TURNS[self.orientation](u * width, (1 - v) * height, width, height)
             return x * 72 / dpi_x, (upright_height - y) * 72 / dpi_y
 
         (e, f), (a, b), (c, d) = on_page(0, 0), on_page(1, 0), on_page(0, 1)
-        page_width = (height if turned else width) * 72 / dpi_x
-        return [a - e, b - f, c - e, d - f, e, f], page_width, upright_height * 72 / dpi_y
+        return ([a - e, b - f, c - e, d - f, e, f], upright_width * 72 / dpi_x,
+                upright_height * 72 / dpi_y)
 
 
 def _dpi(image: Image.Image) -> tuple[float, float]:
