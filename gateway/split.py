@@ -11,7 +11,7 @@ import pypdfium2 as pdfium
 from PIL import Image
 
 from services.documents.pdf import PDFIUM_LOCK, count_pdf_pages, open_pdf
-from services.documents.tiff import eight_bit
+from services.documents.images import as_shown
 from services.ocr_api.errors import ApiError, excerpt, unprocessable
 from services.ocr_api.sniff import KIND_IMAGE, KIND_PDF
 
@@ -92,11 +92,12 @@ class WholeFile:
 
 
 # The worker decodes a one-frame TIFF with OpenCV and a frame of a multi-frame TIFF with
-# Pillow's convert("RGB"), 16-bit samples made 8-bit first as OpenCV does (eight_bit). A chunk
-# therefore holds each frame already converted the way the worker would convert it inside the
-# whole file (so both paths see the same pixels), except bilevel and 8-bit grey frames (16-bit
-# ones once made 8-bit), which both decoders expand identically and which stay small kept as
-# they are (a fax page: CCITT group 4). Compression is lossless either way: LZW for
+# Pillow's convert("RGB") of the frame as shown (services.documents.images.as_shown: 16-bit
+# gray made 8-bit, transparency over white). A chunk therefore holds each frame already
+# converted the way the worker would convert it inside the whole file (so both paths see the
+# same pixels), except bilevel and 8-bit grey frames (16-bit ones once made 8-bit), which both
+# decoders expand identically and which stay small kept as they are (a fax page: CCITT
+# group 4). Compression is lossless either way: LZW for
 # grey and colour, which costs the gateway about a quarter of Deflate's CPU on a scanned
 # frame for a tenth more bytes (docs/capacity.md, section 3).
 _KEPT_MODES = {"1": "group4", "L": "tiff_lzw"}
@@ -111,7 +112,7 @@ def _frame_for_chunk(tiff: Image.Image, index: int, max_pixels: int) -> Image.Im
         if width * height > max_pixels:
             raise unprocessable(f"Page {index + 1} of the TIFF is {width} x {height} pixels, "
                                 f"over the limit of {max_pixels}: downscale it or split it")
-        frame = eight_bit(tiff)
+        frame = as_shown(tiff)
         frame = frame.copy() if frame.mode in _KEPT_MODES else frame.convert("RGB")
     except ApiError:
         raise

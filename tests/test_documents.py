@@ -163,6 +163,24 @@ def test_a_16_bit_frame_reaches_the_engine_as_opencv_reads_it_alone():
     assert all(np.array_equal(mine, theirs[:, :, 0]) for mine, theirs in zip(shown, alone))
 
 
+@pytest.mark.parametrize("image_format", ["PNG", "WEBP", "TIFF"])
+def test_black_ink_on_a_transparent_background_reaches_the_engine_over_white(image_format):
+    """OpenCV keeps the colour under the alpha, here black: the page would be all black. The
+    worker reads it as a viewer shows it, over white, and a multi-frame TIFF's frames (and
+    their chunks) the same."""
+    page = Image.new("RGBA", (120, 40), (0, 0, 0, 0))
+    page.paste((0, 0, 0, 255), (20, 10, 100, 30))
+    buffer = io.BytesIO()
+    page.save(buffer, format=image_format, **({"lossless": True} if image_format == "WEBP"
+                                              else {}))
+    seen = decode_image(buffer.getvalue(), 10**8)
+    assert seen[5, 5].tolist() == [255, 255, 255] and seen[20, 60].tolist() == [0, 0, 0]
+    if image_format == "TIFF":
+        whole = tiff_bytes([page, page])
+        for got in (worker_pixels(whole), worker_pixels(TiffCutter(whole).cut((1,)).data)):
+            assert all(np.array_equal(pixels, seen) for pixels in got)
+
+
 def test_tiff_chunks_are_lazy_and_a_bad_frame_is_a_422_when_reached():
     whole = tiff_bytes([frame("L", seed=i) for i in range(3)])
     truncated = whole[: len(whole) - 40]

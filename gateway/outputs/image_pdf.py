@@ -22,16 +22,13 @@ from typing import BinaryIO, Iterator
 
 from PIL import Image
 
-from services.documents.tiff import eight_bit
+from services.documents.images import UPRIGHTED, as_shown
 from services.ocr_api.errors import ApiError, unprocessable
 
 from ..split import DEFAULT_MAX_PIXELS
 
 DEFAULT_DPI = 150.0
 ORIENTATION_TAG = 0x0112
-UPRIGHTED = ("JPEG", "MPO", "PNG")  # the formats whose EXIF orientation OpenCV applies (the
-# worker's decoder; an MPO is a phone's JPEG with more pictures after the first)
-
 # EXIF orientation -> where a stored w x h image's point (x, y) is once upright (y down)
 TURNS = {1: lambda x, y, w, h: (x, y), 2: lambda x, y, w, h: (w - x, y),
          3: lambda x, y, w, h: (w - x, h - y), 4: lambda x, y, w, h: (x, h - y),
@@ -98,14 +95,11 @@ def _check_frames(image: Image.Image, max_pixels: int) -> None:
 
 
 def _lossless(frame: Image.Image, dpi: tuple[float, float]) -> Picture:
-    """The frame's pixels deflated: bilevel, gray or RGB as they are, 16-bit gray as the
-    worker read it (eight_bit), anything else as RGB (transparency over white, as a viewer
-    shows it on a page)."""
-    frame = eight_bit(frame)
+    """The frame's pixels as shown (services.documents.images.as_shown: 16-bit gray as the
+    worker reads it, transparency over white) deflated: bilevel, gray or RGB as they are,
+    anything else as RGB."""
+    frame = as_shown(frame)
     if frame.mode not in COLOURS:
-        if frame.mode in ("RGBA", "LA", "PA") or "transparency" in frame.info:
-            rgba = frame.convert("RGBA")
-            frame = Image.alpha_composite(Image.new("RGBA", rgba.size, "white"), rgba)
         frame = frame.convert("RGB")
     return Picture(zlib.compress(frame.tobytes(), DEFLATE_LEVEL), frame.width, frame.height,
                    COLOURS[frame.mode], 1 if frame.mode == "1" else 8, b"FlateDecode", dpi)

@@ -1,6 +1,5 @@
 """Counting a TIFF's frames without decoding it: walk the chain of image file directories
-(IFDs) with struct, as the format lays it out. And a frame's 16-bit samples made 8-bit as
-OpenCV makes them (`eight_bit`).
+(IFDs) with struct, as the format lays it out.
 
 Pillow's n_frames loads every frame's tags and checks each next offset against a list of those
 seen, which is quadratic in the number of frames, and it decodes tag data on the way. This
@@ -17,11 +16,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from PIL import Image
-
 from services.ocr_api.errors import too_large, unprocessable
-
-SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N", "I")  # "I": how some 16-bit files open
 
 
 @dataclass(frozen=True)
@@ -88,14 +83,3 @@ def count_tiff_frames(data: bytes, limit: int) -> int:
     if not seen:
         raise _corrupt("it has no image directory")
     return len(seen)
-
-
-def eight_bit(frame: Image.Image) -> Image.Image:
-    """A frame of 16-bit gray samples (a scanner's 16-bit TIFF, a 16-bit PNG) as 8-bit gray:
-    each sample's high byte, as OpenCV decodes such a file (the worker reads a one-frame
-    image with OpenCV). Pillow's own conversion clips every sample over 255 to white, which
-    made a 16-bit scan's frames blank pages. Any other frame as it is."""
-    if frame.mode not in SIXTEEN_BIT_MODES:
-        return frame
-    # a linear map Pillow applies exactly (1/256 is a power of two) and truncates; "L" clips
-    return frame.convert("I").point(lambda sample: sample * (1 / 256)).convert("L")

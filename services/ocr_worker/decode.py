@@ -25,7 +25,8 @@ from services.documents.pages import select_pages
 from services.documents.pdf import (PDFIUM_LOCK, LayerLine, PlacedImage, TextLayer, open_pdf,
                                     page_image_pixels, placed_images, read_page_chars,
                                     text_annotations, text_layer)
-from services.documents.tiff import count_tiff_frames, eight_bit
+from services.documents.images import as_shown, transparent, upright
+from services.documents.tiff import count_tiff_frames
 from services.ocr_api.errors import ApiError, excerpt, unprocessable
 from services.ocr_api.request import (TEXT_LAYER_AUTO, TEXT_LAYER_IGNORE, OcrRequest,
                                       resolve_page_range)
@@ -297,7 +298,7 @@ class TiffDocument(Document):
                     tiff.seek(index)
                     width, height = tiff.size
                     _check_pixels(width, height, self._limits.max_pixels, f"Page {index + 1}")
-                    page = cv2.cvtColor(np.asarray(eight_bit(tiff).convert("RGB")),
+                    page = cv2.cvtColor(np.asarray(as_shown(tiff).convert("RGB")),
                                         cv2.COLOR_RGB2BGR)
                 except ApiError:
                     raise
@@ -365,6 +366,9 @@ def decode_image(data: bytes, max_pixels: int) -> np.ndarray:
         with Image.open(io.BytesIO(data)) as header:
             _check_pixels(*header.size, max_pixels)
             header.load()  # full decode: catches truncated and corrupt files
+            if transparent(header):  # OpenCV would keep the colour under the alpha
+                shown = as_shown(upright(header))
+                return cv2.cvtColor(np.asarray(shown), cv2.COLOR_RGB2BGR)
     except ApiError:
         raise
     except Exception as exc:  # PIL raises many types on corrupt data
