@@ -181,6 +181,21 @@ def test_black_ink_on_a_transparent_background_reaches_the_engine_over_white(ima
             assert all(np.array_equal(pixels, seen) for pixels in got)
 
 
+def test_an_alpha_that_hides_every_pixel_is_not_taken_as_a_blank_page():
+    """A 32-bit image whose alpha was left at 0 (no-one's intent): its colours, as OpenCV
+    reads them."""
+    import cv2
+
+    page = Image.new("RGBA", (120, 40), (255, 255, 255, 0))
+    page.paste((0, 0, 0, 0), (20, 10, 100, 30))
+    buffer = io.BytesIO()
+    page.save(buffer, format="PNG")
+    seen = decode_image(buffer.getvalue(), 10**8)
+    assert np.array_equal(seen, cv2.imdecode(np.frombuffer(buffer.getvalue(), np.uint8),
+                                             cv2.IMREAD_COLOR))
+    assert seen[20, 60].tolist() == [0, 0, 0]
+
+
 def test_tiff_chunks_are_lazy_and_a_bad_frame_is_a_422_when_reached():
     whole = tiff_bytes([frame("L", seed=i) for i in range(3)])
     truncated = whole[: len(whole) - 40]

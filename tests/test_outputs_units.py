@@ -453,11 +453,13 @@ def test_an_image_page_keeps_its_pixels_whatever_its_mode():
     from pikepdf import PdfImage
 
     page = documents.text_image(["Mode check"], size=30)
-    clear = Image.new("RGBA", page.size, (0, 0, 0, 0))
+    ink = Image.new("RGBA", page.size, (0, 0, 0, 0))  # black ink on clear black
+    ink.paste((0, 0, 0, 255), (10, 10, 60, 30))
+    on_white = Image.new("RGB", page.size, "white")
+    on_white.paste((0, 0, 0), (10, 10, 60, 30))
     cases = [(page.convert("1"), page.convert("1")), (page.convert("L"), page.convert("L")),
              (page.convert("RGB"), page.convert("RGB")),
-             (page.convert("P"), page.convert("P").convert("RGB")),
-             (clear, Image.new("RGB", page.size, "white"))]
+             (page.convert("P"), page.convert("P").convert("RGB")), (ink, on_white)]
     for given, shown in cases:
         buffer = io.BytesIO()
         given.save(buffer, format="PNG")

@@ -36,11 +36,15 @@ def transparent(frame: Image.Image) -> bool:
 
 def as_shown(frame: Image.Image) -> Image.Image:
     """The frame's pixels as shown on a page: 16-bit gray as 8-bit (eight_bit), a transparent
-    frame over white (RGB); any other frame as it is."""
+    frame over white (RGB); any other frame as it is. An alpha that hides every pixel is
+    no-one's intent (a 32-bit BMP or an export that left it at 0): such a frame is taken
+    as its colours, as OpenCV takes it, not as a blank page."""
     frame = eight_bit(frame)
     if not transparent(frame):
         return frame
     rgba = frame.convert("RGBA")
+    if rgba.getchannel("A").getextrema()[1] == 0:
+        return rgba.convert("RGB")
     return Image.alpha_composite(Image.new("RGBA", rgba.size, "white"), rgba).convert("RGB")
 
 
