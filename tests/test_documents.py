@@ -196,6 +196,19 @@ def test_an_alpha_that_hides_every_pixel_is_not_taken_as_a_blank_page():
     assert seen[20, 60].tolist() == [0, 0, 0]
 
 
+def test_a_16_bit_gray_png_with_a_transparent_grey_is_read_as_opencv_reads_it():
+    """Its transparency names a 16-bit grey that no 8-bit sample equals once the frame is
+    made 8-bit: nothing is hidden, and the worker reads it as OpenCV reads it."""
+    import cv2
+
+    samples = np.full((40, 120), 60000, np.uint16)
+    samples[10:30, 20:100] = 5000
+    buffer = io.BytesIO()
+    Image.fromarray(samples).save(buffer, format="PNG", transparency=60000)
+    assert np.array_equal(decode_image(buffer.getvalue(), 10**8), cv2.imdecode(
+        np.frombuffer(buffer.getvalue(), np.uint8), cv2.IMREAD_COLOR))
+
+
 def test_tiff_chunks_are_lazy_and_a_bad_frame_is_a_422_when_reached():
     whole = tiff_bytes([frame("L", seed=i) for i in range(3)])
     truncated = whole[: len(whole) - 40]

@@ -367,7 +367,7 @@ def decode_image(data: bytes, max_pixels: int) -> np.ndarray:
             _check_pixels(*header.size, max_pixels)
             header.load()  # full decode: catches truncated and corrupt files
             if transparent(header):  # OpenCV would keep the colour under the alpha
-                shown = as_shown(upright(header))
+                shown = as_shown(upright(header)).convert("RGB")
                 return cv2.cvtColor(np.asarray(shown), cv2.COLOR_RGB2BGR)
     except ApiError:
         raise
