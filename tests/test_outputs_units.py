@@ -5,6 +5,7 @@ and cropped pages too, page count and sizes are the input's, the original conten
 are byte-identical, and a rendered page looks exactly as before."""
 
 import io
+import itertools
 
 import pikepdf
 import pypdfium2 as pdfium
@@ -318,6 +319,35 @@ def test_every_exif_orientation_is_drawn_as_the_worker_sees_it(image_format):
             assert (image.Width, image.Height) == (60, 40)
             if image_format == "JPEG":
                 assert image.read_raw_bytes() == buffer.getvalue()
+
+
+def test_every_format_mode_and_orientation_gives_a_page_of_the_workers_shape():
+    """Whatever an image is (each format Pillow writes here, each mode, each EXIF
+    orientation), its PDF page has the shape of the pixels the worker OCR'd, so the layer's
+    boxes land on the image."""
+    from services.ocr_worker.decode import decode_image
+
+    checked = 0
+    for image_format, mode, orientation in itertools.product(
+            ["JPEG", "PNG", "WEBP", "BMP", "TIFF"], ["1", "L", "LA", "P", "RGB", "RGBA"],
+            range(1, 9)):
+        image = Image.new("RGB", (90, 30), "white")
+        image.paste((0, 0, 0), (10, 5, 40, 25))
+        image = image.convert(mode)
+        exif = image.getexif()
+        exif[0x0112] = orientation
+        buffer = io.BytesIO()
+        try:
+            image.save(buffer, format=image_format, exif=exif)
+        except (OSError, ValueError, KeyError):
+            continue  # a mode the format cannot hold
+        height, width = decode_image(buffer.getvalue(), 10**8).shape[:2]
+        (page_width, page_height), = pdfcheck.page_sizes(
+            searchable_pdf(buffer.getvalue(), "image", [], DEFAULT_PDF_FONTS))
+        assert abs(page_width / page_height - width / height) < 0.02, (
+            image_format, mode, orientation)
+        checked += 1
+    assert checked > 150
 
 
 def test_a_pdf_pikepdf_cannot_read_is_a_422():
